@@ -1,0 +1,5 @@
+"""Entry point for `python -m kdiag`."""
+
+from kdiag.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""Where collectors read from and what time it is: the live host, or one snapshot of a recording."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+class Root:
+    """The live host: files under procfs and sysfs roots, the wall clock, Kafka fetched on demand."""
+
+    def __init__(self, proc: str | Path = "/proc", sys: str | Path = "/sys", clock: Callable[[], float] = time.time):
+        self.proc = Path(proc)
+        self.sys = Path(sys)
+        self._clock = clock
+
+    def now(self) -> float:
+        """Seconds since the epoch at which this root's facts hold."""
+        return self._clock()
+
+    def _path(self, tree: str, rel: str) -> Path:
+        return (self.proc if tree == "proc" else self.sys) / rel
+
+    def read(self, tree: str, rel: str) -> str:
+        """Text of a file under the proc or sys tree; raises OSError when it is missing."""
+        with open(self._path(tree, rel), encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def read_proc(self, rel: str) -> str:
+        """Text of a file under the procfs root."""
+        return self.read("proc", rel)
+
+    def read_sys(self, rel: str) -> str:
+        """Text of a file under the sysfs root."""
+        return self.read("sys", rel)
+
+    def listdir(self, tree: str, rel: str) -> list[str]:
+        """Sorted entry names of a directory under the proc or sys tree."""
+        return sorted(os.listdir(self._path(tree, rel)))
+
+    def readlink(self, tree: str, rel: str) -> str:
+        """Target of a symlink under the proc or sys tree (cwd, fd/N, device links)."""
+        return os.readlink(self._path(tree, rel))
+
+    def exists(self, tree: str, rel: str) -> bool:
+        """Whether a path exists under the proc or sys tree (symlinks count even when dangling)."""
+        return os.path.lexists(self._path(tree, rel))
+
+    def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
+        """State of one Kafka source: fetched live here, read from kafka.json in a snapshot."""
+        return fetch()
+
+
+class SnapshotRoot(Root):
+    """One snapshot directory of a recording: its proc/ and sys/ trees, its recorded time and kafka.json."""
+
+    def __init__(self, directory: str | Path):
+        directory = Path(directory)
+        meta = json.loads((directory / "meta.json").read_text())
+        super().__init__(directory / "proc", directory / "sys", clock=lambda: float(meta["time"]))
+        self.directory = directory
+        kafka_file = directory / "kafka.json"
+        self._kafka = json.loads(kafka_file.read_text()) if kafka_file.exists() else {}
+
+    def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
+        """Recorded state of one Kafka source; KeyError when this snapshot has none."""
+        sources = self._kafka.get("sources", {})
+        if source not in sources:
+            raise KeyError(f"{self.directory / 'kafka.json'} has no '{source}' state")
+        return sources[source]
+
+
+class TeeRoot(Root):
+    """The live host, copying every file, symlink and Kafka state it reads into a snapshot directory."""
+
+    def __init__(self, live: Root, directory: str | Path):
+        super().__init__(live.proc, live.sys, clock=live.now)
+        self.directory = Path(directory)
+        self.kafka_state: dict[str, Any] = {}
+
+    def _copy_target(self, tree: str, rel: str) -> Path:
+        # /proc/self is the reader's own pid: store it under its stable name.
+        target = self.directory / tree / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def read(self, tree: str, rel: str) -> str:
+        text = super().read(tree, rel)
+        self._copy_target(tree, rel).write_text(text, encoding="utf-8")
+        return text
+
+    def listdir(self, tree: str, rel: str) -> list[str]:
+        names = super().listdir(tree, rel)
+        (self.directory / tree / rel).mkdir(parents=True, exist_ok=True)
+        return names
+
+    def readlink(self, tree: str, rel: str) -> str:
+        link = super().readlink(tree, rel)
+        target = self._copy_target(tree, rel)
+        if not os.path.lexists(target):
+            os.symlink(link, target)
+        return link
+
+    def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
+        state = fetch()
+        self.kafka_state[source] = state
+        return state

@@ -1,0 +1,33 @@
+"""The unit every collector produces: one value of one labelled series at one time."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+GAUGE = "gauge"
+COUNTER = "counter"
+# Counters the kernel keeps in 32 bits (softnet_stat): a decrease near 2**32 is a wrap, not a reset.
+COUNTER32 = "counter32"
+
+
+class Sample(NamedTuple):
+    """One series value: full metric name, sorted label pairs, value and kind."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+    kind: str = GAUGE
+
+
+def sample(name: str, value: float, kind: str = GAUGE, **labels: object) -> Sample:
+    """Build a Sample with labels given as keyword arguments."""
+    return Sample(name, tuple(sorted((k, str(v)) for k, v in labels.items())), float(value), kind)
+
+
+def format_samples(samples: list[Sample]) -> str:
+    """Samples as sorted `name{k="v"} value` lines: the golden-file format of collector tests."""
+    lines = []
+    for s in samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in s.labels)
+        lines.append(f"{s.name}{{{labels}}} {s.value:g}")
+    return "\n".join(sorted(lines)) + "\n"
