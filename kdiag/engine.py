@@ -1,0 +1,303 @@
+"""The rule engine: load YAML rules with CEL conditions, evaluate them over signals, track their state."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import cel
+import yaml
+
+from kdiag.signals import SUBJECT_KINDS, Signals
+
+log = logging.getLogger(__name__)
+
+KINDS = ("cause", "symptom", "lint")
+SEVERITIES = ("info", "warning", "critical")
+RULE_KEYS = {"id", "kind", "severity", "each", "when", "for", "summary", "evidence", "explains",
+             "remediation", "source"}
+REQUIRED_KEYS = ("id", "kind", "severity", "each", "when", "summary", "remediation", "source")
+# `it` is the subject a rule runs for; `host` is always there for cross-references.
+GLOBAL_SUBJECTS = ("host",)
+REFERENCE = re.compile(r"\b([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)")
+STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+TEMPLATE_FIELD = re.compile(r"\{(\w+)\.(\w+)(:[^}]*)?\}")
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def default_rules_dir() -> Path:
+    """The catalog shipped inside the package."""
+    return Path(str(resources.files("kdiag.rules")))
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in '20s', '1m', '500ms', '2h' or a bare number of seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    m = DURATION.match(str(text).strip())
+    if not m:
+        raise ValueError(f"'{text}' is not a duration like 30s, 5m or 500ms")
+    return float(m.group(1)) * DURATION_UNITS[m.group(2)]
+
+
+@dataclass
+class RuleError:
+    """One problem in a rule file, with its position."""
+
+    file: str
+    line: int
+    column: int
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        return f"{where}: rule '{self.rule}': {self.message}" if self.rule else f"{where}: {self.message}"
+
+
+class CatalogError(Exception):
+    """A rule catalog that cannot be used, with every problem found."""
+
+    def __init__(self, errors: list[RuleError]):
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+
+
+@dataclass
+class Rule:
+    """One compiled rule."""
+
+    id: str
+    kind: str
+    severity: str
+    each: str
+    when: str
+    program: Any
+    summary: str
+    remediation: str
+    source: str
+    for_seconds: float = 0.0
+    evidence: list[tuple[str, str]] = field(default_factory=list)
+    explains: list[str] = field(default_factory=list)
+    file: str = ""
+    line: int = 0
+
+
+def references(expression: str) -> list[tuple[str, str, int]]:
+    """(subject, signal, offset) of every `name.field` in a CEL expression, string literals ignored."""
+    blanked = STRING_LITERAL.sub(lambda m: " " * len(m.group(0)), expression)
+    return [(m.group(1), m.group(2), m.start()) for m in REFERENCE.finditer(blanked)]
+
+
+def check_reference(each: str, var: str, name: str) -> str | None:
+    """Why `var.name` is not a signal a rule over `each` subjects can read, or None when it is."""
+    kind = each if var == "it" else var
+    if var != "it" and var not in GLOBAL_SUBJECTS:
+        return f"unknown variable '{var}' (use it.<signal> or {', '.join(g + '.<signal>' for g in GLOBAL_SUBJECTS)})"
+    if name not in SUBJECT_KINDS[kind].schema:
+        return f"unknown signal '{var}.{name}': {kind} signals are {', '.join(sorted(SUBJECT_KINDS[kind].schema))}"
+    return None
+
+
+class _Loader:
+    """Validates and compiles the rules of one file, collecting errors with positions."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.errors: list[RuleError] = []
+
+    def error(self, node: yaml.Node, rule: str, message: str, offset: int = 0) -> None:
+        # A folded or quoted scalar starts one column later than its mark; plain scalars map 1:1.
+        line, column = node.start_mark.line + 1, node.start_mark.column + 1 + offset
+        self.errors.append(RuleError(str(self.path), line, column, rule, message))
+
+    def load(self) -> list[Rule]:
+        try:
+            root = yaml.compose(self.path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            self.errors.append(RuleError(str(self.path), mark.line + 1 if mark else 0,
+                                         mark.column + 1 if mark else 0, "", f"YAML: {e}"))
+            return []
+        if root is None:
+            return []
+        if not isinstance(root, yaml.SequenceNode):
+            self.error(root, "", "a rule file is a YAML list of rules")
+            return []
+        return [r for node in root.value if (r := self.rule(node)) is not None]
+
+    def rule(self, node: yaml.Node) -> Rule | None:
+        if not isinstance(node, yaml.MappingNode):
+            self.error(node, "", "each rule is a mapping with id, kind, severity, each, when, ...")
+            return None
+        nodes = {k.value: v for k, v in node.value}
+        data = yaml.safe_load(yaml.serialize(node))
+        rid = str(data.get("id", ""))
+        before = len(self.errors)
+        for key, _ in node.value:
+            if key.value not in RULE_KEYS:
+                self.error(key, rid, f"unknown key '{key.value}' (expected one of {', '.join(sorted(RULE_KEYS))})")
+        for key in REQUIRED_KEYS:
+            if key not in data:
+                self.error(node, rid, f"missing key '{key}'")
+        if len(self.errors) > before:
+            return None
+        for key, allowed in (("kind", KINDS), ("severity", SEVERITIES), ("each", tuple(SUBJECT_KINDS))):
+            if data[key] not in allowed:
+                self.error(nodes[key], rid, f"{key} '{data[key]}' is not one of {', '.join(allowed)}")
+        try:
+            for_seconds = parse_duration(data.get("for", 0))
+        except ValueError as e:
+            self.error(nodes["for"], rid, str(e))
+            for_seconds = 0.0
+        if len(self.errors) > before:
+            return None
+        program = self.condition(nodes["when"], rid, data["each"], str(data["when"]))
+        evidence = self.evidence(nodes.get("evidence"), rid, data["each"], data.get("evidence") or [])
+        for var, name, offset in ((m.group(1), m.group(2), m.start()) for m in TEMPLATE_FIELD.finditer(data["summary"])):
+            if problem := check_reference(data["each"], var, name):
+                self.error(nodes["summary"], rid, f"summary: {problem}", offset)
+        if len(self.errors) > before:
+            return None
+        return Rule(id=rid, kind=data["kind"], severity=data["severity"], each=data["each"], when=str(data["when"]),
+                    program=program, summary=str(data["summary"]), remediation=str(data["remediation"]).strip(),
+                    source=str(data["source"]), for_seconds=for_seconds, evidence=evidence,
+                    explains=[str(x) for x in data.get("explains") or []], file=str(self.path),
+                    line=node.start_mark.line + 1)
+
+    def condition(self, node: yaml.Node, rid: str, each: str, expression: str) -> Any:
+        try:
+            program = cel.compile(expression)
+        except ValueError as e:
+            m = re.search(r"<input>:(\d+):(\d+): (.*)", str(e))
+            line, col, msg = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (1, 1, str(e))
+            self.errors.append(RuleError(str(self.path), node.start_mark.line + line,
+                                         node.start_mark.column + col, rid, f"when: CEL {msg}"))
+            return None
+        for var in program.variables():
+            if var not in ("it", *GLOBAL_SUBJECTS):
+                self.error(node, rid, f"when: unknown variable '{var}'")
+        for var, name, offset in references(expression):
+            if var in ("it", *GLOBAL_SUBJECTS) and (problem := check_reference(each, var, name)):
+                self.error(node, rid, f"when: {problem}", offset)
+        return program
+
+    def evidence(self, node: yaml.Node | None, rid: str, each: str, items: list) -> list[tuple[str, str]]:
+        out = []
+        for item in items:
+            var, _, name = str(item).partition(".")
+            problem = check_reference(each, var, name) if name else f"evidence '{item}' is not it.<signal>"
+            if problem:
+                self.error(node, rid, f"evidence: {problem}")
+            else:
+                out.append((var, name))
+        return out
+
+
+def load_catalog(paths: list[Path]) -> list[Rule]:
+    """Rules from every *.yaml file in the given files or directories; CatalogError lists every problem."""
+    files = sorted(f for p in paths for f in (sorted(Path(p).glob("*.yaml")) if Path(p).is_dir() else [Path(p)]))
+    rules: list[Rule] = []
+    errors: list[RuleError] = []
+    for f in files:
+        loader = _Loader(f)
+        rules.extend(loader.load())
+        errors.extend(loader.errors)
+    seen: dict[str, Rule] = {}
+    for r in rules:
+        if r.id in seen:
+            errors.append(RuleError(r.file, r.line, 1, r.id, f"duplicate id, first defined at {seen[r.id].file}:{seen[r.id].line}"))
+        seen[r.id] = r
+    ids = set(seen)
+    for r in rules:
+        for target in r.explains:
+            if target not in ids:
+                errors.append(RuleError(r.file, r.line, 1, r.id, f"explains unknown rule '{target}'"))
+    if not files:
+        errors.append(RuleError(", ".join(map(str, paths)), 0, 0, "", "no rule files (*.yaml) found"))
+    if errors:
+        raise CatalogError(errors)
+    return rules
+
+
+@dataclass
+class Diagnosis:
+    """A rule whose condition holds for one subject: pending until `for` has passed, then firing."""
+
+    rule: Rule
+    subject: str
+    since: float
+    state: str = "pending"
+    summary: str = ""
+    evidence: dict[str, float | str] = field(default_factory=dict)
+    ended: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract shape of one diagnosis in `kdiag diagnose --format json`."""
+        return {"rule": self.rule.id, "subject": self.subject, "kind": self.rule.kind,
+                "severity": self.rule.severity, "state": self.state, "since": self.since,
+                "summary": self.summary, "evidence": self.evidence, "remediation": self.rule.remediation,
+                "explains": self.rule.explains}
+
+
+def render(template: str, scope: dict[str, Signals]) -> str:
+    """A summary template with {it.signal:format} fields filled; unknown values print as '?'."""
+    def fill(m: re.Match) -> str:
+        value = scope.get(m.group(1), {}).get(m.group(2))
+        if value is None:
+            return "?"
+        try:
+            return format(value, (m.group(3) or ":")[1:])
+        except (ValueError, TypeError):
+            return str(value)
+
+    return TEMPLATE_FIELD.sub(fill, template)
+
+
+class Engine:
+    """Evaluates a catalog over successive signal snapshots, keeping each diagnosis's state."""
+
+    def __init__(self, rules: list[Rule]):
+        self.rules = rules
+        self.active: dict[tuple[str, str], Diagnosis] = {}
+        self.resolved: list[Diagnosis] = []
+        self._failing: set[str] = set()
+
+    def evaluate(self, t: float, signals: dict[str, dict[str, Signals]]) -> list[Diagnosis]:
+        """Advance every rule to time t; returns the active diagnoses and sets `resolved`."""
+        globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
+        holding: dict[tuple[str, str], Diagnosis] = {}
+        for rule in self.rules:
+            for subject in signals.get(rule.each, {}).values():
+                scope = {**globals_, "it": subject}
+                if not self._holds(rule, scope):
+                    continue
+                key = (rule.id, str(subject.get("name", "")))
+                d = self.active.get(key) or Diagnosis(rule, key[1], since=t)
+                d.state = "firing" if t - d.since >= rule.for_seconds else "pending"
+                d.summary = render(rule.summary, scope)
+                d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
+                              for var, name in rule.evidence if name in scope[var]}
+                holding[key] = d
+        self.resolved = [d for k, d in self.active.items() if k not in holding and d.state == "firing"]
+        for d in self.resolved:
+            d.ended = t
+        self.active = holding
+        return sorted(holding.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
+
+    def _holds(self, rule: Rule, scope: dict[str, Signals]) -> bool:
+        try:
+            result = rule.program.execute(scope)
+        except KeyError:
+            return False  # a signal the condition needs is absent for this subject: not evidence of anything
+        except Exception as e:  # noqa: BLE001 - one broken evaluation must not stop the others
+            if rule.id not in self._failing:
+                log.warning("rule %s (%s:%d) failed to evaluate: %s", rule.id, rule.file, rule.line, e)
+                self._failing.add(rule.id)
+            return False
+        return result is True

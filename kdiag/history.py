@@ -1,0 +1,87 @@
+"""Per-series ring buffers of recent samples, and rates that survive counter resets and 32-bit wraps."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from kdiag.sample import COUNTER, COUNTER32, Sample
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+WRAP32 = 2**32
+
+
+class History:
+    """The last `retention` seconds of every series, plus the labels of the latest snapshot."""
+
+    def __init__(self, retention: float = 900.0):
+        self.retention = retention
+        self._points: dict[Key, deque[tuple[float, float]]] = {}
+        self._kinds: dict[Key, str] = {}
+        self._by_name: dict[str, set[Key]] = {}
+        self.latest_time: float | None = None
+
+    def add(self, t: float, samples: Iterable[Sample]) -> None:
+        """Append one snapshot taken at time t and drop what is older than the retention."""
+        for s in samples:
+            key = (s.name, s.labels)
+            points = self._points.get(key)
+            if points is None:
+                points = self._points[key] = deque()
+                self._by_name.setdefault(s.name, set()).add(key)
+            self._kinds[key] = s.kind
+            points.append((t, s.value))
+        self.latest_time = t
+        horizon = t - self.retention
+        for key, points in list(self._points.items()):
+            while points and points[0][0] < horizon:
+                points.popleft()
+            if not points:
+                del self._points[key], self._kinds[key]
+                self._by_name[key[0]].discard(key)
+
+    def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
+        """(labels, points, kind) of every series with this name present in the latest snapshot."""
+        for key in self._by_name.get(name, ()):
+            points = self._points[key]
+            if points[-1][0] == self.latest_time:
+                yield dict(key[1]), points, self._kinds[key]
+
+    def latest(self, name: str, **labels: str) -> float | None:
+        """Latest value of one series, or None when it is absent from the latest snapshot."""
+        points = self._points.get((name, tuple(sorted(labels.items()))))
+        if not points or points[-1][0] != self.latest_time:
+            return None
+        return points[-1][1]
+
+    def rate(self, name: str, window: float, **labels: str) -> float | None:
+        """Per-second increase of one counter over the last `window` seconds, or None without two points."""
+        key = (name, tuple(sorted(labels.items())))
+        points = self._points.get(key)
+        if not points or points[-1][0] != self.latest_time:
+            return None
+        return window_rate(points, window, self._kinds[key])
+
+
+def counter_increase(previous: float, current: float, kind: str) -> float:
+    """Increase between two counter readings: a drop is a wrap for 32-bit counters, else a reset."""
+    if current >= previous:
+        return current - previous
+    if kind == COUNTER32 and previous < WRAP32:
+        return current + WRAP32 - previous
+    return current
+
+
+def window_rate(points: deque[tuple[float, float]], window: float, kind: str = COUNTER) -> float | None:
+    """Per-second increase across the points in the last `window` seconds (at least two points)."""
+    end = points[-1][0]
+    selected = [p for p in points if p[0] >= end - window]
+    if len(selected) < 2:
+        # A window shorter than the interval still rates the last two points.
+        if len(points) < 2:
+            return None
+        selected = [points[-2], points[-1]]
+    increase = sum(counter_increase(a[1], b[1], kind) for a, b in itertools.pairwise(selected))
+    elapsed = selected[-1][0] - selected[0][0]
+    return increase / elapsed if elapsed > 0 else None
