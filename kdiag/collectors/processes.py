@@ -1,0 +1,259 @@
+"""The processes that matter to Kafka: its brokers, and whoever reads most from storage right now."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from kdiag.collectors._procutil import malformed, parse_key_values, read_source
+from kdiag.collectors.mounts import device_for_path, parse_mounts
+from kdiag.root import Root
+from kdiag.sample import COUNTER, GAUGE, Sample, sample
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+BROKER_MAIN_CLASS = "kafka.Kafka"
+CMDLINE_LABEL_MAX = 200
+
+_SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
+_PARTITION_DIR = re.compile(r".+-\d+")
+_PARTITION_SUFFIX = re.compile(r"(.*\d)p\d+|(.*\D)\d+")
+
+HELP = {
+    "kdiag_kafka_log_dir_info": "A Kafka log dir and the block device and mountpoint holding it, value 1.",
+    "kdiag_process_read_bytes_total": "Bytes the process caused to be read from storage.",
+    "kdiag_process_rchar_bytes_total": "Bytes the process read through read syscalls, page cache hits included.",
+    "kdiag_process_written_bytes_total": "Bytes the process caused to be written to storage.",
+    "kdiag_process_cpu_seconds_total": "User and system CPU seconds of the process.",
+    "kdiag_process_open_fds": "Open file descriptors of the process.",
+    "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
+    "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
+    "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
+    "kdiag_process_info": "Command line and cwd of the process, value 1.",
+}
+
+
+class Stat(NamedTuple):
+    """What kdiag needs from /proc/<pid>/stat."""
+
+    comm: str
+    cpu_ticks: int
+    start_ticks: int
+
+
+class IO(NamedTuple):
+    """What kdiag needs from /proc/<pid>/io."""
+
+    read_bytes: int
+    rchar: int
+    write_bytes: int
+
+
+class Process(NamedTuple):
+    """One process as seen by the cheap scan of every pid."""
+
+    pid: int
+    stat: Stat
+    argv: list[str]
+    io: IO
+
+
+class Details(NamedTuple):
+    """What is read only for the chosen processes."""
+
+    cwd: str
+    fd_targets: list[str]
+    max_fds: float
+
+
+def parse_stat(text: str, source: str = "/proc/<pid>/stat") -> Stat:
+    """comm, utime+stime and start time; comm may hold spaces and ')', so fields follow the last ')'."""
+    head, _, tail = text.rpartition(")")
+    _, _, comm = head.partition("(")
+    fields = tail.split()
+    try:
+        # tail starts at field 3 (state): utime, stime and starttime are fields 14, 15 and 22.
+        return Stat(comm, int(fields[11]) + int(fields[12]), int(fields[19]))
+    except (IndexError, ValueError):
+        raise malformed(source, 1, text) from None
+
+
+def parse_io(text: str, source: str = "/proc/<pid>/io") -> IO:
+    """Storage reads, read syscall bytes and storage writes of /proc/<pid>/io."""
+    values = parse_key_values(text, source, sep=":")
+    try:
+        return IO(values["read_bytes"], values["rchar"], values["write_bytes"])
+    except KeyError as e:
+        raise ValueError(f"{source}: no {e.args[0]} line") from None
+
+
+def parse_cmdline(text: str) -> list[str]:
+    """Arguments of a NUL-separated /proc/<pid>/cmdline (empty for kernel threads)."""
+    args = text.split("\0")
+    return args[:-1] if args[-1] == "" else args
+
+
+def parse_max_fds(text: str, source: str = "/proc/<pid>/limits") -> float:
+    """Soft "Max open files" limit of /proc/<pid>/limits; inf when unlimited."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("Max open files"):
+            soft = line.split()[3]
+            try:
+                return math.inf if soft == "unlimited" else float(soft)
+            except ValueError:
+                raise malformed(source, n, line) from None
+    raise ValueError(f"{source}: no 'Max open files' line")
+
+
+def is_broker(argv: list[str]) -> bool:
+    """Whether a command line runs a Kafka broker (java ... kafka.Kafka server.properties)."""
+    return BROKER_MAIN_CLASS in argv
+
+
+def log_dir_of(target: str) -> str | None:
+    """The log dir holding a segment file path (<log dir>/<topic>-<partition>/<offset>.log), else None."""
+    partition_dir, name = os.path.split(target)
+    if _SEGMENT_FILE.fullmatch(name) and _PARTITION_DIR.fullmatch(os.path.basename(partition_dir)):
+        return os.path.dirname(partition_dir)
+    return None
+
+
+def path_arguments(argv: list[str]) -> list[str]:
+    """Absolute paths among command line arguments, including `--opt=/path` values."""
+    values = (arg.split("=", 1)[-1] for arg in argv)
+    return [os.path.normpath(v) for v in values if v.startswith("/")]
+
+
+def touches(paths: Iterable[str], log_dirs: Iterable[str]) -> bool:
+    """Whether any path is a log dir, inside one, or an ancestor of one ("/" excepted: it holds all)."""
+    dirs = [d.rstrip("/") for d in log_dirs]
+    return any(
+        p == d or p.startswith(d + "/") or d.startswith(p + "/")
+        for p in (p.rstrip("/") for p in paths if p != "/")
+        for d in dirs
+    )
+
+
+def top_readers(
+    procs: list[Process], previous: dict[tuple[int, int], tuple[int, int]], top_n: int
+) -> list[Process]:
+    """The top_n non-broker processes by read_bytes growth, then rchar growth; idle ones never."""
+    ranked = []
+    for p in procs:
+        if is_broker(p.argv):
+            continue
+        before = previous.get((p.pid, p.stat.start_ticks), (0, 0))
+        growth = (p.io.read_bytes - before[0], p.io.rchar - before[1])
+        if growth[0] > 0 or growth[1] > 0:
+            ranked.append((growth, p))
+    ranked.sort(key=lambda item: (-item[0][0], -item[0][1], item[1].pid))
+    return [p for _, p in ranked[:top_n]]
+
+
+def whole_disk(root: Root, name: str) -> str:
+    """The disk a partition (sdb1, nvme0n1p2) belongs to when /sys/block shows it, else name itself."""
+    match = _PARTITION_SUFFIX.fullmatch(name)
+    if root.exists("sys", f"block/{name}") or not match:
+        return name
+    disk = match.group(1) or match.group(2)
+    return disk if root.exists("sys", f"block/{disk}") else name
+
+
+class ProcessesCollector:
+    """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir."""
+
+    name = "processes"
+    help = HELP
+
+    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = ()):
+        self.top_n = top_n
+        self.log_dirs = [os.path.normpath(d) for d in log_dirs]
+        # (pid, start time) -> (read_bytes, rchar) at the last collect; start time tells a reused pid.
+        self._previous: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def collect(self, root: Root) -> list[Sample]:
+        """Samples for brokers and top readers, and kdiag_kafka_log_dir_info for each log dir."""
+        procs = scan(root)
+        chosen = [p for p in procs if is_broker(p.argv)] + top_readers(procs, self._previous, self.top_n)
+        self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar) for p in procs}
+        details = {}
+        for p in chosen:
+            try:
+                details[p.pid] = read_details(root, p.pid)
+            except OSError:
+                continue  # exited since the scan, or not ours to inspect
+        log_dirs = self.log_dirs or discover_log_dirs(
+            details[p.pid].fd_targets for p in chosen if p.pid in details and is_broker(p.argv)
+        )
+        samples = log_dir_samples(root, log_dirs) if log_dirs else []
+        for p in chosen:
+            if p.pid in details:
+                samples += process_samples(p, details[p.pid], log_dirs)
+        return samples
+
+
+def scan(root: Root) -> list[Process]:
+    """io, stat and cmdline of every pid, skipping those that vanish or may not be read."""
+    procs = []
+    for entry in root.listdir("proc", ""):
+        if not entry.isdigit():
+            continue
+        try:
+            io = parse_io(*read_source(root, "proc", f"{entry}/io"))
+            stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
+            argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
+        except OSError:
+            continue
+        procs.append(Process(int(entry), stat, argv, io))
+    return procs
+
+
+def read_details(root: Root, pid: int) -> Details:
+    """cwd, open file targets and fd limit of one process; fds closed while listing are skipped."""
+    targets = []
+    for fd in root.listdir("proc", f"{pid}/fd"):
+        try:
+            targets.append(root.readlink("proc", f"{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    max_fds = parse_max_fds(*read_source(root, "proc", f"{pid}/limits"))
+    return Details(root.readlink("proc", f"{pid}/cwd"), targets, max_fds)
+
+
+def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
+    """Log dirs of the segment files brokers hold open."""
+    return sorted({d for targets in fd_target_lists for t in targets if (d := log_dir_of(t))})
+
+
+def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
+    """kdiag_kafka_log_dir_info per log dir, with its disk's name as /sys/block spells it."""
+    mounts = parse_mounts(*read_source(root, "proc", "mounts"))
+    samples = []
+    for path in log_dirs:
+        device, mountpoint = device_for_path(mounts, path)
+        if device.startswith("/dev/"):
+            device = whole_disk(root, device.removeprefix("/dev/"))
+        samples.append(
+            sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=device, mountpoint=mountpoint)
+        )
+    return samples
+
+
+def process_samples(p: Process, d: Details, log_dirs: list[str]) -> list[Sample]:
+    """The per-process series of one chosen process."""
+    labels = {"pid": p.pid, "comm": p.stat.comm}
+    touched = touches([d.cwd, *path_arguments(p.argv), *d.fd_targets], log_dirs)
+    cmdline = " ".join(p.argv)[:CMDLINE_LABEL_MAX]
+    return [
+        sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
+        sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
+        sample("kdiag_process_written_bytes_total", p.io.write_bytes, COUNTER, **labels),
+        sample("kdiag_process_cpu_seconds_total", p.stat.cpu_ticks / TICKS_PER_SECOND, COUNTER, **labels),
+        sample("kdiag_process_open_fds", len(d.fd_targets), GAUGE, **labels),
+        sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
+        sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
+        sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
+        sample("kdiag_process_info", 1, GAUGE, **labels, cmdline=cmdline, cwd=d.cwd),
+    ]
