@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,13 @@ GLOBAL_SUBJECTS = ("host",)
 REFERENCE = re.compile(r"\b([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)")
 STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 TEMPLATE_FIELD = re.compile(r"\{(\w+)\.(\w+)(:[^}]*)?\}")
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def default_rules_dir() -> Path:
     """The catalog shipped inside the package."""
-    return Path(str(resources.files("kdiag.rules")))
+    return Path(__file__).parent / "rules"
 
 
 def parse_duration(text: str | float) -> float:
@@ -42,7 +41,7 @@ def parse_duration(text: str | float) -> float:
     m = DURATION.match(str(text).strip())
     if not m:
         raise ValueError(f"'{text}' is not a duration like 30s, 5m or 500ms")
-    return float(m.group(1)) * DURATION_UNITS[m.group(2)]
+    return float(m.group(1)) * DURATION_UNITS[m.group(2) or "s"]
 
 
 @dataclass

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 class Root:
@@ -55,12 +56,12 @@ class Root:
 
 
 class SnapshotRoot(Root):
-    """One snapshot directory of a recording: its proc/ and sys/ trees, its recorded time and kafka.json."""
+    """One snapshot of a recording: its proc/ and sys/ trees, its recorded time (shifted) and kafka.json."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, time_offset: float = 0.0):
         directory = Path(directory)
         meta = json.loads((directory / "meta.json").read_text())
-        super().__init__(directory / "proc", directory / "sys", clock=lambda: float(meta["time"]))
+        super().__init__(directory / "proc", directory / "sys", clock=lambda: float(meta["time"]) + time_offset)
         self.directory = directory
         kafka_file = directory / "kafka.json"
         self._kafka = json.loads(kafka_file.read_text()) if kafka_file.exists() else {}
@@ -82,8 +83,25 @@ class TeeRoot(Root):
         self.kafka_state: dict[str, Any] = {}
 
     def _copy_target(self, tree: str, rel: str) -> Path:
-        # /proc/self is the reader's own pid: store it under its stable name.
-        target = self.directory / tree / rel
+        """Where the copy of tree/rel goes, recreating the symlinks sysfs paths pass through."""
+        out = self.directory / tree
+        if tree == "proc":
+            # procfs links (self, cwd, fd/N) point outside the tree: copy at the literal path.
+            target = out / rel
+        else:
+            base = os.path.realpath(self._path(tree, ""))
+            current = ""
+            for part in Path(rel).parts:
+                current = os.path.normpath(os.path.join(current, part))
+                live = os.path.join(base, current)
+                if os.path.islink(live):
+                    link = out / current
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    if not os.path.lexists(link):
+                        os.symlink(os.readlink(live), link)
+                    resolved = os.path.relpath(os.path.realpath(live), base)
+                    current = current if resolved.startswith("..") else resolved
+            target = out / current
         target.parent.mkdir(parents=True, exist_ok=True)
         return target
 
@@ -94,7 +112,7 @@ class TeeRoot(Root):
 
     def listdir(self, tree: str, rel: str) -> list[str]:
         names = super().listdir(tree, rel)
-        (self.directory / tree / rel).mkdir(parents=True, exist_ok=True)
+        self._copy_target(tree, rel).mkdir(parents=True, exist_ok=True)
         return names
 
     def readlink(self, tree: str, rel: str) -> str:

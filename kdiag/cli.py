@@ -1,0 +1,175 @@
+"""The `kdiag` command: run, diagnose, record, rules and lab."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from kdiag import __version__
+from kdiag.config import Config, ConfigError, load_config
+from kdiag.engine import CatalogError, parse_duration
+from kdiag.recording import Recording, RecordingError, record
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _config(args: argparse.Namespace) -> Config:
+    overrides = {
+        "listen": getattr(args, "listen", None),
+        "procfs": args.procfs,
+        "sysfs": args.sysfs,
+        "interval": getattr(args, "interval", None),
+        "rules_dirs": args.rules_dir or None,
+        "kafka.bootstrap_servers": getattr(args, "bootstrap_servers", None),
+    }
+    return load_config(args.config, overrides)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="YAML config file (every key has a default)")
+    p.add_argument("--procfs", help="procfs root (default /proc)")
+    p.add_argument("--sysfs", help="sysfs root (default /sys)")
+    p.add_argument("--rules-dir", action="append", help="rule directory or file (repeatable; default: the shipped catalog)")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from kdiag.daemon import Daemon
+
+    config = _config(args)
+    recording = Recording(args.from_) if args.from_ else None
+    daemon = Daemon(config, recording)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: daemon.stop())
+    print(f"kdiag {__version__}: serving http://{config.listen}/metrics "
+          f"{'replaying ' + str(args.from_) if recording else 'from ' + config.procfs}", flush=True)
+    daemon.serve_forever()
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from kdiag.daemon import host_collectors, load_rules, replay
+    from kdiag.pipeline import CollectorSet, Pipeline
+    from kdiag.report import render_text
+    from kdiag.root import Root
+
+    config = _config(args)
+    if args.from_:
+        recording = Recording(args.from_)
+        try:
+            state = replay(recording, config)
+        finally:
+            recording.close()
+    else:
+        # Live: sample a short window so rates and `for` durations have something to stand on.
+        pipeline = Pipeline(CollectorSet(host_collectors(config)), load_rules(config), socket.gethostname(),
+                            config.history, min(config.signal_window, args.duration))
+        root = Root(config.procfs, config.sysfs)
+        steps = max(2, int(args.duration // args.step) + 1)
+        print(f"sampling {steps} times, every {args.step:g}s ...", file=sys.stderr, flush=True)
+        for i in range(steps):
+            state = pipeline.step(root)
+            if i + 1 < steps:
+                time.sleep(args.step)
+    if args.format == "json":
+        print(json.dumps(state.to_json(), indent=1))
+    else:
+        print(render_text(state), end="")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from kdiag.daemon import host_collectors
+    from kdiag.pipeline import CollectorSet
+    from kdiag.root import Root
+
+    config = _config(args)
+    out = record(Path(args.output), args.duration, args.interval, CollectorSet(host_collectors(config)),
+                 Root(config.procfs, config.sysfs), progress=lambda m: print(m, file=sys.stderr, flush=True))
+    print(f"recording written to {out}")
+    return 0
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from kdiag.daemon import load_rules
+
+    rules = load_rules(_config(args))
+    print(f"{len(rules)} rules OK")
+    return 0
+
+
+def cmd_rules_list(args: argparse.Namespace) -> int:
+    from kdiag.daemon import load_rules
+
+    for r in load_rules(_config(args)):
+        print(f"{r.id:28} {r.kind:8} {r.severity:9} each {r.each:6} {r.source[:60]}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree of every subcommand."""
+    parser = argparse.ArgumentParser(prog="kdiag", description="Kafka host and broker diagnostics")
+    parser.add_argument("--version", action="version", version=f"kdiag {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="collect, diagnose and serve /metrics and /api/diagnoses")
+    _common(p)
+    p.add_argument("--listen", help="address:port to serve on (default 0.0.0.0:9745)")
+    p.add_argument("--interval", type=_duration, help="collection interval (default 5s)")
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (host:port,...)")
+    p.add_argument("--from", dest="from_", metavar="RECORDING", help="serve a recording, looping, as if live")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("diagnose", help="print what is wrong, live or from a recording")
+    _common(p)
+    p.add_argument("--from", dest="from_", metavar="RECORDING", help="a recording directory or .tar.gz")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--duration", type=_duration, default=15.0, help="live: how long to sample (default 15s)")
+    p.add_argument("--step", type=_duration, default=3.0, help="live: time between samples (default 3s)")
+    p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("record", help="record /proc, /sys and Kafka snapshots for later diagnosis")
+    _common(p)
+    p.add_argument("-o", "--output", required=True, help="new directory, or a file ending in .tar.gz")
+    p.add_argument("--duration", type=_duration, default=120.0, help="how long to record (default 120s)")
+    p.add_argument("--interval", type=_duration, default=5.0, help="time between snapshots (default 5s)")
+    p.set_defaults(func=cmd_record)
+
+    rules = sub.add_parser("rules", help="check or list the rule catalog")
+    rules_sub = rules.add_subparsers(dest="rules_command", required=True)
+    for name, func, text in (("check", cmd_rules_check, "validate every rule; non-zero exit on any error"),
+                             ("list", cmd_rules_list, "list the rules")):
+        p = rules_sub.add_parser(name, help=text)
+        _common(p)
+        p.set_defaults(func=func)
+
+    from kdiag import lab
+
+    lab.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and run one subcommand; errors print what to do and exit non-zero."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except CatalogError as e:
+        print(f"kdiag: the rule catalog has {len(e.errors)} error(s):\n{e}", file=sys.stderr)
+        return 1
+    except (ConfigError, RecordingError) as e:
+        print(f"kdiag: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,136 @@
+"""Typed configuration with defaults: a YAML file, then flags; unknown keys and bad values fail with their path."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kdiag.engine import parse_duration
+
+
+class ConfigError(Exception):
+    """A configuration value that cannot be used, named by its key path."""
+
+
+Duration = typing.NewType("Duration", float)
+
+
+@dataclass
+class ProcessesConfig:
+    """Which processes get per-process series."""
+
+    top_n: int = 5
+    log_dirs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KafkaConfig:
+    """How to reach the cluster; empty bootstrap_servers turns the Kafka collectors off."""
+
+    bootstrap_servers: str = ""
+    jmx: list[str] = field(default_factory=list)
+    interval: Duration = Duration(15.0)
+    jmx_interval: Duration = Duration(30.0)
+    timeout: Duration = Duration(10.0)
+
+
+@dataclass
+class Config:
+    """Everything kdiag run needs; every field has a default, so no file is required."""
+
+    listen: str = "0.0.0.0:9745"
+    procfs: str = "/proc"
+    sysfs: str = "/sys"
+    interval: Duration = Duration(5.0)
+    history: Duration = Duration(900.0)
+    signal_window: Duration = Duration(30.0)
+    rules_dirs: list[str] = field(default_factory=list)
+    processes: ProcessesConfig = field(default_factory=ProcessesConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+
+    def validate(self) -> None:
+        """Cross-field checks that types alone cannot express."""
+        host, _, port = self.listen.rpartition(":")
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"listen: '{self.listen}' is not host:port")
+        for name in ("interval", "history", "signal_window"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be positive")
+        if self.history < 10 * self.interval:
+            raise ConfigError("history: must hold at least 10 intervals")
+        if self.processes.top_n < 0:
+            raise ConfigError("processes.top_n: must be 0 or more")
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path)
+    if tp is Duration:
+        try:
+            return Duration(parse_duration(value))
+        except ValueError as e:
+            raise ConfigError(f"{path}: {e}") from None
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{path}: expected an integer, got {value!r}")
+    if tp is str and not isinstance(value, str):
+        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    if tp is bool and not isinstance(value, bool):
+        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        return float(value)
+    return value
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            where = f"{path}.{key}" if path else str(key)
+            raise ConfigError(f"{where}: unknown key (expected one of {', '.join(sorted(names))})")
+    kwargs = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> Config:
+    """Defaults, then the YAML file at path (if any), then dotted-key overrides from flags."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"{path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: {e}") from None
+        data = loaded or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the config file is a YAML mapping")
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    try:
+        config = _build(Config, data, "")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path else str(e)) from None
+    config.validate()
+    return config

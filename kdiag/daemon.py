@@ -1,0 +1,120 @@
+"""Wires collectors, pipeline, rules and exporter together for `kdiag run`, live or from a recording."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from kdiag.collectors import Collector
+from kdiag.collectors.block import BlockCollector
+from kdiag.collectors.diskstats import DiskstatsCollector
+from kdiag.collectors.interrupts import InterruptsCollector
+from kdiag.collectors.loadavg import LoadavgCollector
+from kdiag.collectors.meminfo import MeminfoCollector
+from kdiag.collectors.mounts import MountsCollector
+from kdiag.collectors.netclass import NetclassCollector
+from kdiag.collectors.netdev import NetdevCollector
+from kdiag.collectors.netstat import NetstatCollector
+from kdiag.collectors.processes import ProcessesCollector
+from kdiag.collectors.softirqs import SoftirqsCollector
+from kdiag.collectors.softnet import SoftnetCollector
+from kdiag.collectors.stat import StatCollector
+from kdiag.collectors.sysctl import SysctlCollector
+from kdiag.collectors.vmstat import VmstatCollector
+from kdiag.config import Config
+from kdiag.engine import Rule, default_rules_dir, load_catalog
+from kdiag.exporter import Exporter, Published
+from kdiag.pipeline import CollectorSet, Pipeline, State
+from kdiag.recording import Recording
+from kdiag.root import Root
+
+log = logging.getLogger(__name__)
+
+
+def host_collectors(config: Config) -> list[Collector]:
+    """One collector per /proc or /sys source."""
+    return [
+        StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
+        NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
+        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(),
+        ProcessesCollector(config.processes.top_n, config.processes.log_dirs),
+    ]
+
+
+def load_rules(config: Config) -> list[Rule]:
+    """The configured rule dirs, or the catalog shipped with kdiag; CatalogError on any broken rule."""
+    return load_catalog([Path(d) for d in config.rules_dirs] or [default_rules_dir()])
+
+
+def replay(recording: Recording, config: Config) -> State:
+    """Run every snapshot of a recording through a fresh pipeline; the last state is the diagnosis."""
+    collectors = CollectorSet(host_collectors(config))
+    pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window)
+    state = None
+    for root in recording.roots():
+        state = pipeline.step(root)
+    assert state is not None  # a Recording always has at least one snapshot
+    return state
+
+
+class Daemon:
+    """`kdiag run`: collection on a schedule, the exporter serving the last published state."""
+
+    def __init__(self, config: Config, recording: Recording | None = None):
+        self.config = config
+        self.recording = recording
+        self.rules = load_rules(config)
+        self.collectors = CollectorSet(host_collectors(config))
+        host = recording.host if recording else socket.gethostname()
+        self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
+        self.published = Published()
+        self.exporter = Exporter(config.listen, self.published)
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.stopping = threading.Event()
+        self._help = self.collectors.help()
+        self._replay = None
+
+    def start(self) -> None:
+        """Start collecting and serving; returns at once."""
+        self.exporter.start()
+        interval = self.recording.interval if self.recording else self.config.interval
+        step = self._replay_step if self.recording else self._live_step
+        self.scheduler.add_job(step, "interval", seconds=interval, id="collect", max_instances=1,
+                               coalesce=True, next_run_time=datetime.now(UTC))
+        self.scheduler.start()
+        log.info("kdiag serving on %s (every %.3gs, %d rules)", self.config.listen, interval, len(self.rules))
+
+    def _publish(self, state: State) -> None:
+        self.published.publish(state, self._help)
+
+    def _live_step(self) -> None:
+        self._publish(self.pipeline.step(Root(self.config.procfs, self.config.sysfs)))
+
+    def _replay_step(self) -> None:
+        # Loop over the recording with times shifted so it reads as live, for demos and integration tests.
+        if self._replay is None:
+            first = next(self.recording.roots()).now()
+            self._replay = self.recording.roots(time.time() - first)
+        root = next(self._replay, None)
+        if root is None:
+            offset = time.time() - next(self.recording.roots()).now()
+            self._replay = self.recording.roots(offset)
+            root = next(self._replay)
+        self._publish(self.pipeline.step(root))
+
+    def serve_forever(self) -> None:
+        """Start, then block until stop() (SIGTERM/SIGINT)."""
+        self.start()
+        self.stopping.wait()
+        self.scheduler.shutdown(wait=False)
+        self.exporter.stop()
+
+    def stop(self) -> None:
+        """Ask serve_forever to return."""
+        self.stopping.set()

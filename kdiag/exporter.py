@@ -1,0 +1,163 @@
+"""The Prometheus endpoint and JSON API: each cycle's state is rendered once; a scrape only serves bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import Metric
+
+from kdiag import __version__
+from kdiag.pipeline import State
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
+
+
+def _family(name: str, kind: str, help_text: str) -> Metric:
+    # prometheus_client names counter families without the _total suffix it adds to each sample.
+    base = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
+    return Metric(base, help_text, kind)
+
+
+class StateCollector:
+    """A prometheus_client collector over one published State."""
+
+    def __init__(self, state: State, help_text: dict[str, str]):
+        self.state = state
+        self.help = help_text
+
+    def collect(self):
+        """Every sample of the state, collector health and diagnoses, as metric families."""
+        families: dict[str, Metric] = {}
+        for s in self.state.samples:
+            kind = "counter" if s.kind != "gauge" else "gauge"
+            if kind == "counter" and not s.name.endswith("_total"):
+                kind = "gauge"
+            fam = families.get(s.name)
+            if fam is None:
+                fam = families[s.name] = _family(s.name, kind, self.help.get(s.name, s.name))
+            fam.add_sample(s.name, dict(s.labels), s.value)
+        yield from families.values()
+        yield from self._health()
+        yield from self._diagnoses()
+
+    def _health(self):
+        success = Metric("kdiag_collector_success", f"1 when the collector's last run succeeded; {SCHEDULE_NOTE}", "gauge")
+        duration = Metric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}", "gauge")
+        last = Metric("kdiag_collector_last_success_timestamp_seconds",
+                      f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
+        for name, h in sorted(self.state.health.items()):
+            success.add_sample("kdiag_collector_success", {"collector": name}, float(h.success))
+            duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
+            if h.last_success is not None:
+                last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
+        cycle = Metric("kdiag_last_cycle_timestamp_seconds", "time of the snapshot being served", "gauge")
+        cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
+        info = Metric("kdiag_build_info", "kdiag version", "gauge")
+        info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
+        return [success, duration, last, cycle, info]
+
+    def _diagnoses(self):
+        active = Metric("kdiag_diagnosis_active",
+                        "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
+        evidence = Metric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
+        for d in self.state.diagnoses:
+            labels = {"rule": d.rule.id, "subject": d.subject, "kind": d.rule.kind, "severity": d.rule.severity}
+            active.add_sample("kdiag_diagnosis_active", labels, 1.0 if d.state == "firing" else 0.0)
+            for signal, value in d.evidence.items():
+                if isinstance(value, float):
+                    evidence.add_sample("kdiag_diagnosis_evidence",
+                                        {"rule": d.rule.id, "subject": d.subject, "signal": signal}, value)
+        return [active, evidence]
+
+
+def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
+    """The Prometheus text exposition of a state plus kdiag's own process metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StateCollector(state, help_text))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return generate_latest(registry)
+
+
+class Published:
+    """The bytes served for the latest state, swapped atomically by the collection thread."""
+
+    def __init__(self):
+        self.metrics = b"# kdiag: first collection still running\n"
+        self.metrics_gzip = gzip.compress(self.metrics)
+        self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
+        self.ready = False
+
+    def publish(self, state: State, help_text: dict[str, str]) -> None:
+        """Render a new state once; scrapes then serve it as it is."""
+        metrics = render_metrics(state, help_text)
+        self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
+        self.diagnoses = json.dumps(state.to_json()).encode()
+        self.ready = True
+
+
+def _handler(published: Published) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                gz = "gzip" in self.headers.get("Accept-Encoding", "")
+                self._send(200, "text/plain; version=0.0.4; charset=utf-8",
+                           published.metrics_gzip if gz else published.metrics, gz)
+            elif path == "/api/diagnoses":
+                self._send(200, "application/json", published.diagnoses)
+            elif path == "/healthz":
+                ok = published.ready
+                self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"starting\n")
+            elif path == "/":
+                self._send(200, "text/html", b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
+                                             b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')
+            else:
+                self._send(404, "text/plain", b"not found: try /metrics, /api/diagnoses or /healthz\n")
+
+        def _send(self, code: int, ctype: str, body: bytes, gz: bool = False) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            if gz:
+                self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):
+            log.debug("%s %s", self.address_string(), format % args)
+
+    return Handler
+
+
+class Exporter:
+    """The HTTP server of /metrics, /api/diagnoses and /healthz on its own thread."""
+
+    def __init__(self, listen: str, published: Published):
+        host, _, port = listen.rpartition(":")
+        self.server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(published))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="exporter", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return self.server.server_address[1]
+
+    def start(self) -> None:
+        """Serve in the background."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self.server.shutdown()
+        self.server.server_close()
