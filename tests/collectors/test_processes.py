@@ -1,0 +1,129 @@
+import pytest
+from golden import assert_golden, fixture_root
+
+from kdiag.collectors.processes import (
+    IO,
+    Process,
+    ProcessesCollector,
+    Stat,
+    log_dir_of,
+    parse_cmdline,
+    parse_max_fds,
+    parse_stat,
+    path_arguments,
+    top_readers,
+    touches,
+)
+
+
+def by_pid(samples, name):
+    """{pid: value} of one metric."""
+    return {dict(s.labels)["pid"]: s.value for s in samples if s.name == name}
+
+
+def two_states(top_n=4):
+    """A collector that has seen procs-t0, as the scheduler leaves it for the next collect."""
+    collector = ProcessesCollector(top_n=top_n)
+    collector.collect(fixture_root("procs-t0"))
+    return collector
+
+
+@pytest.fixture
+def t1_samples():
+    return two_states().collect(fixture_root("procs-t1"))
+
+
+def test_golden():
+    assert_golden("processes-procs-t0", ProcessesCollector(top_n=4).collect(fixture_root("procs-t0")))
+    assert_golden("processes-procs-t1", two_states().collect(fixture_root("procs-t1")))
+
+
+def test_brokers_and_top_readers_by_growth(t1_samples):
+    # Growth t0->t1: tar 500 MB, rsync 300 MB, stats.py 50 MB, du 2 MB read; logreader only rchar (cut by top_n).
+    brokers = {"2000": 1, "2100": 1}
+    assert by_pid(t1_samples, "kdiag_process_is_broker") == brokers | dict.fromkeys(
+        ["3000", "3100", "3200", "3400"], 0
+    )
+
+
+def test_touches_log_dir(t1_samples):
+    touched = by_pid(t1_samples, "kdiag_process_touches_log_dir")
+    assert touched["3000"] == 1  # tar: cmdline names the log dir
+    assert touched["3100"] == 1  # stats.py: cwd is the log dir
+    assert touched["3400"] == 1  # du -sh /data: an ancestor of the log dir
+    assert touched["3200"] == 0  # rsync of /home/alice
+    assert touched["2000"] == touched["2100"] == 1
+
+
+def test_log_dirs_discovered_on_whole_disks(t1_samples):
+    infos = [dict(s.labels) for s in t1_samples if s.name == "kdiag_kafka_log_dir_info"]
+    assert infos == [
+        {"path": "/data/kafka-logs", "device": "sdb", "mountpoint": "/data"},
+        {"path": "/data2/kafka-logs", "device": "nvme0n1", "mountpoint": "/data2"},
+    ]
+
+
+def test_configured_log_dirs_win():
+    samples = ProcessesCollector(log_dirs=["/home/alice/"]).collect(fixture_root("procs-t1"))
+    infos = [dict(s.labels) for s in samples if s.name == "kdiag_kafka_log_dir_info"]
+    assert infos == [{"path": "/home/alice", "device": "vda", "mountpoint": "/"}]
+    assert by_pid(samples, "kdiag_process_touches_log_dir")["3200"] == 1
+
+
+def test_vanished_pid_is_skipped(t1_samples):
+    assert "999" not in by_pid(t1_samples, "kdiag_process_info")
+
+
+def test_first_collect_ranks_by_cumulative_reads():
+    samples = ProcessesCollector(top_n=2).collect(fixture_root("procs-t0"))
+    assert set(by_pid(samples, "kdiag_process_info")) == {"2000", "2100", "3200", "3000"}
+
+
+def test_parse_stat_comm_with_parens_and_spaces():
+    text = "3300 (log) reader) S 1 3300 3300 0 -1 4194560 1200 0 0 0 187 63 0 0 20 0 1 0 92000 3133440\n"
+    assert parse_stat(text) == Stat("log) reader", 250, 92000)
+    with pytest.raises(ValueError, match="/proc/1/stat line 1"):
+        parse_stat("1 (init) S 1\n", "/proc/1/stat")
+
+
+def test_parse_cmdline():
+    assert parse_cmdline("du\0-sh\0/data\0") == ["du", "-sh", "/data"]
+    assert parse_cmdline("") == []
+    assert parse_cmdline("postgres: writer") == ["postgres: writer"]
+
+
+def test_parse_max_fds():
+    assert (
+        parse_max_fds("Max open files            1024                 4096                 files\n") == 1024
+    )
+    with pytest.raises(ValueError, match="Max open files"):
+        parse_max_fds("Max processes 1 1 processes\n")
+
+
+def test_log_dir_of():
+    assert log_dir_of("/data/kafka-logs/orders-0/00000000000000000000.log") == "/data/kafka-logs"
+    assert log_dir_of("/k/__consumer_offsets-12/00000000000000000042.timeindex") == "/k"
+    assert log_dir_of("/data/kafka-logs/orders-1/00000000000000001234.log (deleted)") is None
+    assert log_dir_of("/var/log/app-1/server.log") is None
+    assert log_dir_of("socket:[1]") is None
+
+
+def test_touches():
+    assert touches(["/data"], ["/data/kafka-logs"])
+    assert touches(["/data/kafka-logs/orders-0"], ["/data/kafka-logs/"])
+    assert not touches(["/"], ["/data/kafka-logs"])
+    assert not touches(["/data/kafka-logs-old"], ["/data/kafka-logs"])
+    assert path_arguments(["tar", "-C", "/data/", "--file=/backup/x.tgz", "rel"]) == [
+        "/data",
+        "/backup/x.tgz",
+    ]
+
+
+def test_top_readers_reused_pid_counts_from_zero():
+    def proc(pid, start, read_bytes):
+        return Process(pid, Stat("x", 0, start), ["x"], IO(read_bytes, read_bytes, 0))
+
+    previous = {(1, 100): (500, 500), (2, 100): (10, 10)}
+    # pid 1 is a new process (new start time) that read 50; pid 2 read 30 since last time.
+    procs = [proc(1, 200, 50), proc(2, 100, 40), proc(3, 100, 0)]
+    assert [p.pid for p in top_readers(procs, previous, 5)] == [1, 2]
