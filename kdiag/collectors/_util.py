@@ -1,0 +1,38 @@
+"""Helpers shared by the CPU, interrupt and network collectors."""
+
+from __future__ import annotations
+
+import re
+
+from kdiag.collectors._procutil import lines, malformed
+from kdiag.root import Root
+
+
+def ints(tokens: list[str], source: str, lineno: int, line: str, base: int = 10) -> list[int]:
+    """Integer values of tokens; a ValueError naming the file and line when one is not a number."""
+    try:
+        return [int(t, base) for t in tokens]
+    except ValueError:
+        raise malformed(source, lineno, line, "not a number") from None
+
+
+def cpu_table(text: str, source: str) -> tuple[list[str], list[tuple[int, str, str, list[int], str]]]:
+    """CPU numbers of a `CPU0 CPU1 ...` header, then (number, line, name, counts, rest) per `NAME:` row."""
+    numbered = lines(text) or [(1, "")]
+    names = numbered[0][1].split()
+    if not names or not all(n.startswith("CPU") and n[3:].isdigit() for n in names):
+        raise malformed(source, numbered[0][0], numbered[0][1], "expected a CPU header")
+    # Rows may hold fewer counts than CPUs (ERR and MIS have one); callers that need all check.
+    row = re.compile(rf"\s*([^\s:]+):((?:\s+\d+(?!\S)){{0,{len(names)}}})(.*)")
+    rows = []
+    for n, line in numbered[1:]:
+        m = row.fullmatch(line)
+        if m is None:
+            raise malformed(source, n, line)
+        rows.append((n, line, m[1], [int(c) for c in m[2].split()], m[3]))
+    return [n[3:] for n in names], rows
+
+
+def interfaces(root: Root) -> list[str]:
+    """Network interfaces of /sys/class/net but lo."""
+    return [i for i in root.listdir("sys", "class/net") if i != "lo"]
