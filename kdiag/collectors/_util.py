@@ -22,7 +22,7 @@ def cpu_table(text: str, source: str) -> tuple[list[str], list[tuple[int, str, s
     names = numbered[0][1].split()
     if not names or not all(n.startswith("CPU") and n[3:].isdigit() for n in names):
         raise malformed(source, numbered[0][0], numbered[0][1], "expected a CPU header")
-    # Rows may hold fewer counts than CPUs (ERR and MIS have one); callers that need all check.
+    # Up to one count per CPU: callers check rows that need them all.
     row = re.compile(rf"\s*([^\s:]+):((?:\s+\d+(?!\S)){{0,{len(names)}}})(.*)")
     rows = []
     for n, line in numbered[1:]:

@@ -34,15 +34,14 @@ def parse_interrupts(text: str, source: str = SOURCE) -> dict[str, Interrupt]:
             if len(counts) != len(cpus):
                 raise malformed(source, n, line, f"{len(counts)} counts for {len(cpus)} CPUs")
             info = _INFO.match(rest)
-            interrupts[irq] = Interrupt(dict(zip(cpus, counts, strict=False)), info[0].strip(), rest[info.end() :].strip())
+            interrupts[irq] = Interrupt(dict(zip(cpus, counts, strict=True)), info[0].strip(), rest[info.end() :].strip())
         else:
+            # Named rows may be short: ERR and MIS hold one count.
             interrupts[irq] = Interrupt(dict(zip(cpus, counts, strict=False)), rest.strip(), "")
     return interrupts
 
 
-def irq_interfaces(
-    interrupts: dict[str, Interrupt], names: list[str], msi_irqs: dict[str, list[str]]
-) -> dict[str, str]:
+def irq_interfaces(interrupts: dict[str, Interrupt], names: list[str], msi_irqs: dict[str, list[str]]) -> dict[str, str]:
     """IRQ -> interface: one whose device lists it in msi_irqs, else one named as a token of its devices."""
     owner: dict[str, str] = {}
     for name in names:
@@ -81,22 +80,12 @@ class InterruptsCollector:
     def collect(self, root: Root) -> list[Sample]:
         """Samples of numeric IRQs with a nonzero total, labelled with their network interface."""
         irqs = {
-            irq: i
-            for irq, i in parse_interrupts(root.read_proc("interrupts")).items()
-            if irq.isdigit() and any(i.counts.values())
+            irq: i for irq, i in parse_interrupts(root.read_proc("interrupts")).items() if irq.isdigit() and any(i.counts.values())
         }
         names = interfaces(root)
         owner = irq_interfaces(irqs, names, {name: _msi_irqs(root, name) for name in names})
         return [
-            sample(
-                "kdiag_interrupts_total",
-                n,
-                COUNTER,
-                irq=irq,
-                cpu=cpu,
-                device=i.devices,
-                interface=owner.get(irq, ""),
-            )
+            sample("kdiag_interrupts_total", n, COUNTER, irq=irq, cpu=cpu, device=i.devices, interface=owner.get(irq, ""))
             for irq, i in irqs.items()
             for cpu, n in i.counts.items()
         ]

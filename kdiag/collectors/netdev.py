@@ -36,7 +36,7 @@ def parse_netdev(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
         values = ints(rest.split(), source, n, line)
         if not colon or len(values) != len(fields):
             raise malformed(source, n, line, f"expected `name: {len(fields)} counters`")
-        stats[name.strip()] = dict(zip(fields, values, strict=False))
+        stats[name.strip()] = dict(zip(fields, values, strict=True))
     return stats
 
 

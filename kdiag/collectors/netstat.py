@@ -41,13 +41,13 @@ def parse_netstat(text: str, source: str = "/proc/net/netstat") -> dict[str, dic
     if len(numbered) % 2:
         raise malformed(source, *numbered[-1], "header line without a value line")
     stats = {}
-    for (_, header), (n, line) in zip(numbered[::2], numbered[1::2], strict=False):
+    for (_, header), (n, line) in zip(numbered[::2], numbered[1::2], strict=True):
         proto, _, names = header.partition(":")
         value_proto, _, values = line.partition(":")
         fields, numbers = names.split(), ints(values.split(), source, n, line)
         if value_proto != proto or len(numbers) != len(fields):
             raise malformed(source, n, line, f"{len(numbers)} values for {len(fields)} {proto} fields")
-        stats[proto] = dict(zip(fields, numbers, strict=False))
+        stats[proto] = dict(zip(fields, numbers, strict=True))
     return stats
 
 

@@ -17,7 +17,7 @@ def parse_softirqs(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]
     for n, line, kind, counts, rest in rows:
         if len(counts) != len(cpus) or rest.strip():
             raise malformed(source, n, line, f"expected {len(cpus)} counts")
-        softirqs[kind] = dict(zip(cpus, counts, strict=False))
+        softirqs[kind] = dict(zip(cpus, counts, strict=True))
     return softirqs
 
 

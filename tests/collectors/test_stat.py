@@ -18,9 +18,7 @@ def test_many_core_cpus_modes_and_counts():
 
 def test_ticks_to_seconds():
     stat = parse_stat("cpu  250 0 100 1000\ncpu0 250 0 100 1000 0 0 0 0 0 0\n", ticks_per_second=250)
-    assert stat.cpu_seconds == {
-        "0": {"user": 1, "nice": 0, "system": 0.4, "idle": 4, "iowait": 0, "irq": 0, "softirq": 0, "steal": 0}
-    }
+    assert stat.cpu_seconds == {"0": {"user": 1, "nice": 0, "system": 0.4, "idle": 4, "iowait": 0, "irq": 0, "softirq": 0, "steal": 0}}
 
 
 def test_newer_kernel_extra_column_and_unknown_line_ignored():
