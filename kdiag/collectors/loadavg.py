@@ -30,4 +30,4 @@ class LoadavgCollector:
     def collect(self, root: Root) -> list[Sample]:
         """kdiag_load1, kdiag_load5 and kdiag_load15."""
         loads = parse_loadavg(*read_source(root, "proc", "loadavg"))
-        return [sample(f"kdiag_load{m}", load, GAUGE) for m, load in zip((1, 5, 15), loads)]
+        return [sample(f"kdiag_load{m}", load, GAUGE) for m, load in zip((1, 5, 15), loads, strict=False)]

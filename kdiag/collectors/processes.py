@@ -129,16 +129,14 @@ def path_arguments(argv: list[str]) -> list[str]:
 def touches(paths: Iterable[str], log_dirs: Iterable[str]) -> bool:
     """Whether any path is a log dir, inside one, or an ancestor of one ("/" excepted: it holds all)."""
     dirs = [d.rstrip("/") for d in log_dirs]
-    return any(
-        p == d or p.startswith(d + "/") or d.startswith(p + "/")
-        for p in (p.rstrip("/") for p in paths if p != "/")
-        for d in dirs
-    )
+    for path in paths:
+        p = path.rstrip("/")
+        if p and any(p == d or p.startswith(d + "/") or d.startswith(p + "/") for d in dirs):
+            return True
+    return False
 
 
-def top_readers(
-    procs: list[Process], previous: dict[tuple[int, int], tuple[int, int]], top_n: int
-) -> list[Process]:
+def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int]], top_n: int) -> list[Process]:
     """The top_n non-broker processes by read_bytes growth, then rchar growth; idle ones never."""
     ranked = []
     for p in procs:
@@ -178,19 +176,16 @@ class ProcessesCollector:
         procs = scan(root)
         chosen = [p for p in procs if is_broker(p.argv)] + top_readers(procs, self._previous, self.top_n)
         self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar) for p in procs}
-        details = {}
+        inspected = []
         for p in chosen:
             try:
-                details[p.pid] = read_details(root, p.pid)
+                inspected.append((p, read_details(root, p.pid)))
             except OSError:
                 continue  # exited since the scan, or not ours to inspect
-        log_dirs = self.log_dirs or discover_log_dirs(
-            details[p.pid].fd_targets for p in chosen if p.pid in details and is_broker(p.argv)
-        )
+        log_dirs = self.log_dirs or discover_log_dirs(d.fd_targets for p, d in inspected if is_broker(p.argv))
         samples = log_dir_samples(root, log_dirs) if log_dirs else []
-        for p in chosen:
-            if p.pid in details:
-                samples += process_samples(p, details[p.pid], log_dirs)
+        for p, d in inspected:
+            samples += process_samples(p, d, log_dirs)
         return samples
 
 
@@ -235,9 +230,7 @@ def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
         device, mountpoint = device_for_path(mounts, path)
         if device.startswith("/dev/"):
             device = whole_disk(root, device.removeprefix("/dev/"))
-        samples.append(
-            sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=device, mountpoint=mountpoint)
-        )
+        samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=device, mountpoint=mountpoint))
     return samples
 
 

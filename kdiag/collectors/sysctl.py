@@ -46,7 +46,7 @@ def sysctl_samples(path: str, text: str, source: str) -> list[Sample]:
     name = path.replace("/", ".")
     return [
         _gauge("kdiag_sysctl", value, name=name, **({"field": field} if field else {}))
-        for field, value in zip(fields, values)
+        for field, value in zip(fields, values, strict=False)
     ]
 
 

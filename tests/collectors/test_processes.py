@@ -41,9 +41,7 @@ def test_golden():
 def test_brokers_and_top_readers_by_growth(t1_samples):
     # Growth t0->t1: tar 500 MB, rsync 300 MB, stats.py 50 MB, du 2 MB read; logreader only rchar (cut by top_n).
     brokers = {"2000": 1, "2100": 1}
-    assert by_pid(t1_samples, "kdiag_process_is_broker") == brokers | dict.fromkeys(
-        ["3000", "3100", "3200", "3400"], 0
-    )
+    assert by_pid(t1_samples, "kdiag_process_is_broker") == brokers | dict.fromkeys(["3000", "3100", "3200", "3400"], 0)
 
 
 def test_touches_log_dir(t1_samples):
@@ -93,9 +91,7 @@ def test_parse_cmdline():
 
 
 def test_parse_max_fds():
-    assert (
-        parse_max_fds("Max open files            1024                 4096                 files\n") == 1024
-    )
+    assert parse_max_fds("Max open files            1024                 4096                 files\n") == 1024
     with pytest.raises(ValueError, match="Max open files"):
         parse_max_fds("Max processes 1 1 processes\n")
 

@@ -19,9 +19,7 @@ def test_host_vm2_reads_every_file():
 
 def test_multi_value_gets_field_label():
     samples = sysctl_samples("net/ipv4/tcp_rmem", "4096\t131072\t6291456\n", "tcp_rmem")
-    assert [dict(s.labels) for s in samples] == [
-        {"name": "net.ipv4.tcp_rmem", "field": f} for f in ("min", "default", "max")
-    ]
+    assert [dict(s.labels) for s in samples] == [{"name": "net.ipv4.tcp_rmem", "field": f} for f in ("min", "default", "max")]
     assert [s.value for s in samples] == [4096, 131072, 6291456]
 
 
