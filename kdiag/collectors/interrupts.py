@@ -57,10 +57,6 @@ def irq_interfaces(interrupts: dict[str, Interrupt], names: list[str], msi_irqs:
 def _msi_irqs(root: Root, name: str) -> list[str]:
     """IRQ numbers of the (PCI) device behind an interface, [] when it has none."""
     device = f"class/net/{name}/device"
-    if not root.exists("sys", device):
-        return []
-    # Read through the Root so a recording keeps the link that device/../msi_irqs resolves through.
-    root.readlink("sys", device)
     # A virtio NIC's device is the virtio device; its MSI-X vectors belong to the parent PCI function.
     for rel in (f"{device}/msi_irqs", f"{device}/../msi_irqs"):
         if root.exists("sys", rel):
