@@ -55,7 +55,7 @@ class Config:
 
     def validate(self) -> None:
         """Cross-field checks that types alone cannot express."""
-        host, _, port = self.listen.rpartition(":")
+        _host, _, port = self.listen.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"listen: '{self.listen}' is not host:port")
         for name in ("interval", "history", "signal_window"):

@@ -294,7 +294,7 @@ class Engine:
             result = rule.program.execute(scope)
         except KeyError:
             return False  # a signal the condition needs is absent for this subject: not evidence of anything
-        except Exception as e:  # noqa: BLE001 - one broken evaluation must not stop the others
+        except Exception as e:  # one broken evaluation must not stop the others
             if rule.id not in self._failing:
                 log.warning("rule %s (%s:%d) failed to evaluate: %s", rule.id, rule.file, rule.line, e)
                 self._failing.add(rule.id)

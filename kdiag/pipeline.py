@@ -42,7 +42,7 @@ class CollectorSet:
             start = time.perf_counter()
             try:
                 got = c.collect(root)
-            except Exception as e:  # noqa: BLE001 - any failure of one source only degrades that source
+            except Exception as e:  # any failure of one source only degrades that source
                 health.duration = time.perf_counter() - start
                 message = f"{type(e).__name__}: {e}"
                 if health.success or not health.error:

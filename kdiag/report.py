@@ -36,7 +36,7 @@ def render_text(state: State) -> str:
         lines.append("nothing to report: no rule holds")
     placed: set[int] = set()
     for s in symptoms:
-        lines += [""] + _block(s, "")
+        lines += ["", *_block(s, "")]
         explaining = [c for c in causes if s.rule.id in c.rule.explains]
         if explaining:
             lines.append("  explained by:")

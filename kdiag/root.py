@@ -112,7 +112,18 @@ class TeeRoot(Root):
 
     def listdir(self, tree: str, rel: str) -> list[str]:
         names = super().listdir(tree, rel)
-        self._copy_target(tree, rel).mkdir(parents=True, exist_ok=True)
+        copy = self._copy_target(tree, rel)
+        copy.mkdir(parents=True, exist_ok=True)
+        if tree == "sys":
+            # sysfs listings are facts themselves (msi_irqs/N, queues/rx-N): keep their names.
+            for name in names:
+                live = self._path(tree, rel) / name
+                if os.path.islink(live) or os.path.lexists(copy / name):
+                    continue
+                if live.is_dir():
+                    (copy / name).mkdir()
+                else:
+                    (copy / name).touch()
         return names
 
     def readlink(self, tree: str, rel: str) -> str:

@@ -19,7 +19,7 @@ class Sample(NamedTuple):
     kind: str = GAUGE
 
 
-def sample(name: str, value: float, kind: str = GAUGE, **labels: object) -> Sample:
+def sample(name: str, value: float, kind: str = GAUGE, /, **labels: object) -> Sample:
     """Build a Sample with labels given as keyword arguments."""
     return Sample(name, tuple(sorted((k, str(v)) for k, v in labels.items())), float(value), kind)
 
@@ -29,5 +29,5 @@ def format_samples(samples: list[Sample]) -> str:
     lines = []
     for s in samples:
         labels = ",".join(f'{k}="{v}"' for k, v in s.labels)
-        lines.append(f"{s.name}{{{labels}}} {s.value:g}")
+        lines.append(f"{s.name}{{{labels}}} {s.value!r}")
     return "\n".join(sorted(lines)) + "\n"
