@@ -13,10 +13,26 @@ from prometheus_client.core import Metric
 
 from kdiag import __version__
 from kdiag.pipeline import State
+from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 
 log = logging.getLogger(__name__)
 
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
+
+
+def histogram_family(name: str) -> str:
+    """The family name of a histogram series (without _bucket, _sum or _count)."""
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def exposition_type(s: Sample) -> str:
+    """The Prometheus type of a sample's family: counters must end in _total, else they are gauges."""
+    if s.kind == HISTOGRAM:
+        return "histogram"
+    return "counter" if s.kind in (COUNTER, COUNTER32) and s.name.endswith("_total") else "gauge"
 
 
 def _family(name: str, kind: str, help_text: str) -> Metric:
@@ -36,12 +52,10 @@ class StateCollector:
         """Every sample of the state, collector health and diagnoses, as metric families."""
         families: dict[str, Metric] = {}
         for s in self.state.samples:
-            kind = "counter" if s.kind != "gauge" else "gauge"
-            if kind == "counter" and not s.name.endswith("_total"):
-                kind = "gauge"
-            fam = families.get(s.name)
+            family = histogram_family(s.name) if s.kind == HISTOGRAM else s.name
+            fam = families.get(family)
             if fam is None:
-                fam = families[s.name] = _family(s.name, kind, self.help.get(s.name, s.name))
+                fam = families[family] = _family(family, exposition_type(s), self.help.get(family, family))
             fam.add_sample(s.name, dict(s.labels), s.value)
         yield from families.values()
         yield from self._health()

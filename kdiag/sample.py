@@ -8,6 +8,8 @@ GAUGE = "gauge"
 COUNTER = "counter"
 # Counters the kernel keeps in 32 bits (softnet_stat): a decrease near 2**32 is a wrap, not a reset.
 COUNTER32 = "counter32"
+# One series of a histogram family: the name ends in _bucket (with an `le` label), _sum or _count.
+HISTOGRAM = "histogram"
 
 
 class Sample(NamedTuple):
