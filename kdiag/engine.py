@@ -20,8 +20,8 @@ SEVERITIES = ("info", "warning", "critical")
 RULE_KEYS = {"id", "kind", "severity", "each", "when", "for", "summary", "evidence", "explains",
              "remediation", "source"}
 REQUIRED_KEYS = ("id", "kind", "severity", "each", "when", "summary", "remediation", "source")
-# `it` is the subject a rule runs for; `host` is always there for cross-references.
-GLOBAL_SUBJECTS = ("host",)
+# `it` is the subject a rule runs for; `host` and `cluster` are always there for cross-references.
+GLOBAL_SUBJECTS = ("host", "cluster")
 REFERENCE = re.compile(r"\b([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)")
 STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 TEMPLATE_FIELD = re.compile(r"\{(\w+)\.(\w+)(:[^}]*)?\}")

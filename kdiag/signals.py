@@ -340,3 +340,6 @@ def proc_signals(history: History, window: float) -> dict[str, Signals]:
             touches_log_dir=touches.get(pid),
         )
     return out
+
+# Kafka and probe subject kinds register themselves on import.
+import kdiag.kafka_signals  # noqa: E402, F401

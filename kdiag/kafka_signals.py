@@ -1,0 +1,266 @@
+"""Kafka signals: per broker (JMX and AdminClient), per topic (AdminClient), cluster-wide, and the probe per broker."""
+
+from __future__ import annotations
+
+import math
+
+from kdiag.history import History, window_rate
+from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, subject
+
+PRODUCE_PHASES = ("total", "queue", "local", "remote", "response_queue", "response_send")
+BROKER_CONFIGS = {
+    "log.flush.interval.messages": "log_flush_interval_messages",
+    "log.flush.interval.ms": "log_flush_interval_ms",
+    "num.io.threads": "num_io_threads",
+    "num.network.threads": "num_network_threads",
+}
+TOPIC_CONFIGS = {
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election",
+}
+
+
+def live_brokers(history: History) -> list[str]:
+    """Broker ids the AdminClient currently lists."""
+    return sorted(k[0] for k in latest_by(history, "kdiag_kafka_broker_info", "broker_id"))
+
+
+@subject("broker", {
+    "broker_id": "the broker's node id",
+    "leaders": "partitions this broker leads",
+    "leader_share": "this broker's share of all partition leaders (0-1)",
+    "partitions": "partition replicas on this broker",
+    "bytes_in_per_second": "bytes produced to this broker per second",
+    "bytes_in_share": "this broker's share of the cluster's bytes in (0-1)",
+    "messages_in_per_second": "messages produced to this broker per second",
+    "produce_requests_per_second": "produce requests per second",
+    "avg_produce_request_bytes": "bytes per produce request (small means unbatched producers)",
+    "log_flushes_per_second": "log flushes (fsync) per second",
+    "log_flush_seconds_mean": "mean time of one log flush",
+    "log_flush_seconds_p99": "99th percentile time of one log flush",
+    "request_handler_idle_ratio": "request handler threads' idle share (0-1)",
+    "network_processor_idle_ratio": "network threads' idle share (0-1)",
+    "request_queue_size": "requests waiting for a handler thread",
+    **{f"produce_{p}_time_p99_seconds": f"99th percentile of produce request {p.replace('_', ' ')} time"
+       for p in PRODUCE_PHASES},
+    "under_replicated_partitions": "partitions led here with fewer in-sync replicas than replicas",
+    "under_min_isr_partitions": "partitions led here below min.insync.replicas",
+    "isr_shrinks_per_second": "ISR shrinks per second",
+    "gc_seconds_per_second": "JVM garbage collection seconds per second",
+    **{name: f"broker config {key}" for key, name in BROKER_CONFIGS.items()},
+})
+def broker_signals(history: History, window: float) -> dict[str, Signals]:
+    """Load, flushes, thread idleness, produce time split and leadership per broker."""
+    leaders = latest_per(history, "kdiag_kafka_broker_leaders", "broker_id") or latest_per(
+        history, "kdiag_kafka_leaders", "broker_id")
+    replicas = latest_per(history, "kdiag_kafka_broker_replicas", "broker_id") or latest_per(
+        history, "kdiag_kafka_partitions", "broker_id")
+    bytes_in = rates_per(history, "kdiag_kafka_bytes_in_total", window, "broker_id")
+    messages_in = rates_per(history, "kdiag_kafka_messages_in_total", window, "broker_id")
+    produce_requests = rates_per(history, "kdiag_kafka_produce_requests_total", window, "broker_id")
+    flushes = rates_per(history, "kdiag_kafka_log_flushes_total", window, "broker_id")
+    flush_time = latest_by(history, "kdiag_kafka_log_flush_seconds", "broker_id", "quantile")
+    handler_idle = latest_per(history, "kdiag_kafka_request_handler_idle_ratio", "broker_id")
+    network_idle = latest_per(history, "kdiag_kafka_network_processor_idle_ratio", "broker_id")
+    queue = latest_per(history, "kdiag_kafka_request_queue_size", "broker_id")
+    times = latest_by(history, "kdiag_kafka_request_time_seconds", "broker_id", "request", "phase", "quantile")
+    urp = latest_per(history, "kdiag_kafka_under_replicated_partitions", "broker_id")
+    under_min = latest_per(history, "kdiag_kafka_under_min_isr_partitions", "broker_id")
+    shrinks = rates_per(history, "kdiag_kafka_isr_shrinks_total", window, "broker_id")
+    gc = rates_per(history, "kdiag_jvm_gc_collection_seconds_total", window, "broker_id")
+    configs = latest_by(history, "kdiag_kafka_broker_config", "broker_id", "name")
+    total_leaders = sum(leaders.values())
+    total_bytes_in = sum(bytes_in.values())
+    ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle)
+    out = {}
+    for b in sorted(ids):
+        out[b] = put(
+            {"name": f"broker {b}"},
+            broker_id=float(b) if b.lstrip("-").isdigit() else None,
+            leaders=leaders.get(b),
+            leader_share=ratio(leaders.get(b), total_leaders),
+            partitions=replicas.get(b),
+            bytes_in_per_second=bytes_in.get(b),
+            bytes_in_share=ratio(bytes_in.get(b), total_bytes_in),
+            messages_in_per_second=messages_in.get(b),
+            produce_requests_per_second=produce_requests.get(b),
+            avg_produce_request_bytes=ratio(bytes_in.get(b), produce_requests.get(b)),
+            log_flushes_per_second=flushes.get(b),
+            log_flush_seconds_mean=flush_time.get((b, "mean")),
+            log_flush_seconds_p99=flush_time.get((b, "0.99")),
+            request_handler_idle_ratio=handler_idle.get(b),
+            network_processor_idle_ratio=network_idle.get(b),
+            request_queue_size=queue.get(b),
+            under_replicated_partitions=urp.get(b),
+            under_min_isr_partitions=under_min.get(b),
+            isr_shrinks_per_second=shrinks.get(b),
+            gc_seconds_per_second=gc.get(b),
+            **{f"produce_{p}_time_p99_seconds": times.get((b, "Produce", p, "0.99")) for p in PRODUCE_PHASES},
+            **{name: configs.get((b, key)) for key, name in BROKER_CONFIGS.items()},
+        )
+    return out
+
+
+def skew(per_broker: dict[str, float], brokers: int) -> tuple[float | None, str | None]:
+    """(busiest broker's value over the mean per live broker, busiest broker) of a per-broker breakdown."""
+    total = sum(per_broker.values())
+    if not per_broker or not total or brokers < 1:
+        return None, None
+    top = max(per_broker, key=per_broker.__getitem__)
+    return per_broker[top] / (total / brokers), top
+
+
+@subject("topic", {
+    "partitions": "partitions of the topic",
+    "replication_factor": "replicas per partition",
+    "under_replicated_partitions": "partitions whose ISR is smaller than their replica set",
+    "offline_partitions": "partitions without a leader",
+    "under_min_isr_partitions": "partitions whose ISR is below min.insync.replicas",
+    **{name: f"topic config {key}" for key, name in TOPIC_CONFIGS.items()},
+    "messages_per_second": "messages appended per second (log end offsets)",
+    "leader_skew_ratio": "leaders on the busiest broker over the ideal ceil(partitions / brokers)",
+    "leader_top_broker": "the broker leading most of the topic's partitions",
+    "leader_top_broker_share": "share of the topic's partitions led by that broker (0-1)",
+    "traffic_skew_ratio": "messages/s through the busiest leader over the mean per live broker",
+    "traffic_top_broker": "the broker whose partitions take most of the topic's messages",
+    "partition_top_share": "share of the topic's messages going to its busiest partition (0-1)",
+    "brokers": "live brokers in the cluster",
+})
+def topic_signals(history: History, window: float) -> dict[str, Signals]:
+    """Health, flush settings and leader and traffic balance per topic."""
+    brokers = len(live_brokers(history))
+    gauges = {name: latest_per(history, f"kdiag_kafka_topic_{name}", "topic") for name in (
+        "partitions", "replication_factor", "under_replicated_partitions", "offline_partitions",
+        "under_min_isr_partitions")}
+    configs = latest_by(history, "kdiag_kafka_topic_config", "topic", "name")
+    leaders: dict[str, dict[str, float]] = {}
+    for (topic, broker), n in latest_by(history, "kdiag_kafka_topic_broker_leaders", "topic", "broker_id").items():
+        leaders.setdefault(topic, {})[broker] = n
+    messages = rates_per(history, "kdiag_kafka_topic_log_end_offset_total", window, "topic")
+    partition_leader = latest_by(history, "kdiag_kafka_partition_leader", "topic", "partition")
+    by_partition: dict[str, dict[str, float]] = {}
+    by_leader: dict[str, dict[str, float]] = {}
+    for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
+                                          "topic", "partition").items():
+        by_partition.setdefault(topic, {})[partition] = r
+        leader = partition_leader.get((topic, partition))
+        if leader is not None:
+            per = by_leader.setdefault(topic, {})
+            per[str(int(leader))] = per.get(str(int(leader)), 0.0) + r
+    out = {}
+    for topic, partitions in gauges["partitions"].items():
+        topic_leaders = leaders.get(topic, {})
+        top_leader = max(topic_leaders, key=topic_leaders.__getitem__) if topic_leaders else None
+        ideal = math.ceil(partitions / brokers) if brokers else None
+        traffic_skew, traffic_top = skew(by_leader.get(topic, {}), brokers)
+        parts = by_partition.get(topic, {})
+        out[topic] = put(
+            {"name": topic},
+            **{name: values.get(topic) for name, values in gauges.items()},
+            **{name: configs.get((topic, key)) for key, name in TOPIC_CONFIGS.items()},
+            messages_per_second=messages.get(topic),
+            leader_skew_ratio=ratio(topic_leaders.get(top_leader), ideal) if top_leader else None,
+            leader_top_broker=top_leader,
+            leader_top_broker_share=ratio(topic_leaders.get(top_leader), partitions) if top_leader else None,
+            traffic_skew_ratio=traffic_skew,
+            traffic_top_broker=traffic_top,
+            partition_top_share=ratio(max(parts.values()), sum(parts.values())) if parts else None,
+            brokers=float(brokers) if brokers else None,
+        )
+    return out
+
+
+@subject("cluster", {
+    "brokers": "live brokers the AdminClient lists",
+    "controller_id": "the active controller's node id",
+    "log_flushes_per_second": "log flushes per second over all brokers",
+    "bytes_in_per_second": "bytes produced per second over all brokers",
+    "under_replicated_partitions": "under-replicated partitions over all topics",
+    "offline_partitions": "partitions without a leader over all topics",
+})
+def cluster_signals(history: History, window: float) -> dict[str, Signals]:
+    """Cluster-wide totals, for rules about one topic or broker to compare against."""
+    brokers = live_brokers(history)
+    controller = latest_by(history, "kdiag_kafka_controller_id")
+    if not brokers and not controller:
+        return {}
+
+    def total(name: str, rate: bool = False) -> float | None:
+        values = rates_by(history, name, window) if rate else latest_by(history, name)
+        return sum(values.values()) if values else None
+
+    return {"cluster": put(
+        {"name": "cluster"},
+        brokers=float(len(brokers)),
+        controller_id=total("kdiag_kafka_controller_id"),
+        log_flushes_per_second=total("kdiag_kafka_log_flushes_total", rate=True),
+        bytes_in_per_second=total("kdiag_kafka_bytes_in_total", rate=True),
+        under_replicated_partitions=total("kdiag_kafka_topic_under_replicated_partitions"),
+        offline_partitions=total("kdiag_kafka_topic_offline_partitions"),
+    )}
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus-style quantile from cumulative bucket counts {upper bound: count}, None without data."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank = q * buckets[bounds[-1]]
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def window_quantiles(history: History, name: str, window: float, q: float) -> dict[str, float]:
+    """Quantile per broker_id of the observations a histogram gained over the window."""
+    increases: dict[str, dict[float, float]] = {}
+    for labels, points, kind in history.series(f"{name}_bucket"):
+        r = window_rate(points, window, kind)
+        if r is not None:
+            increases.setdefault(labels.get("broker_id", ""), {})[float(labels["le"])] = r
+    return {b: v for b, buckets in increases.items() if (v := histogram_quantile(q, buckets)) is not None}
+
+
+@subject("probe", {
+    "broker_id": "the broker leading the probed partitions",
+    "produce_p99_seconds": "99th percentile produce-ack latency over the signal window",
+    "end_to_end_p99_seconds": "99th percentile produce-to-consume latency over the signal window",
+    "slo_seconds": "the configured latency objective",
+    "availability_ratio": "share of probe sends acknowledged over the availability window (0-1)",
+    "sent_per_second": "probe messages sent per second",
+    "failed_per_second": "probe sends failing per second",
+    "lost_per_second": "acknowledged probe messages never received within the SLA, per second",
+    "lost_in_window": "acknowledged probe messages lost within the signal window",
+})
+def probe_signals(history: History, window: float) -> dict[str, Signals]:
+    """The synthetic probe's latency, availability and loss per broker."""
+    produce = window_quantiles(history, "kdiag_probe_produce_latency_seconds", window, 0.99)
+    e2e = window_quantiles(history, "kdiag_probe_end_to_end_latency_seconds", window, 0.99)
+    availability = latest_per(history, "kdiag_probe_availability_ratio", "broker_id")
+    sent = rates_per(history, "kdiag_probe_messages_sent_total", window, "broker_id")
+    failed = rates_per(history, "kdiag_probe_messages_failed_total", window, "broker_id")
+    lost = rates_per(history, "kdiag_probe_messages_lost_total", window, "broker_id")
+    slo = next(iter(latest_by(history, "kdiag_probe_slo_seconds").values()), None)
+    out = {}
+    for b in sorted(set(availability) | set(sent) | set(produce)):
+        out[b] = put(
+            {"name": f"broker {b}"},
+            broker_id=float(b) if b.lstrip("-").isdigit() else None,
+            produce_p99_seconds=produce.get(b),
+            end_to_end_p99_seconds=e2e.get(b),
+            slo_seconds=slo,
+            availability_ratio=availability.get(b),
+            sent_per_second=sent.get(b),
+            failed_per_second=failed.get(b),
+            lost_per_second=lost.get(b),
+            lost_in_window=lost[b] * window if b in lost else None,
+        )
+    return out
