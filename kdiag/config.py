@@ -37,6 +37,16 @@ class KafkaConfig:
     interval: Duration = Duration(15.0)
     jmx_interval: Duration = Duration(30.0)
     timeout: Duration = Duration(10.0)
+    max_partition_series: int = 2000
+
+
+@dataclass
+class AlertmanagerConfig:
+    """Optional direct push of diagnoses to Alertmanager; empty url turns it off."""
+
+    url: str = ""
+    resend_interval: Duration = Duration(60.0)
+    timeout: Duration = Duration(5.0)
 
 
 @dataclass
@@ -52,6 +62,7 @@ class Config:
     rules_dirs: list[str] = field(default_factory=list)
     processes: ProcessesConfig = field(default_factory=ProcessesConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
 
     def validate(self) -> None:
         """Cross-field checks that types alone cannot express."""
@@ -65,6 +76,10 @@ class Config:
             raise ConfigError("history: must hold at least 10 intervals")
         if self.processes.top_n < 0:
             raise ConfigError("processes.top_n: must be 0 or more")
+        if self.kafka.jmx and not self.kafka.bootstrap_servers:
+            raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
+        if self.alertmanager.url and not self.alertmanager.url.startswith(("http://", "https://")):
+            raise ConfigError(f"alertmanager.url: '{self.alertmanager.url}' is not an http(s) URL")
 
 
 def _convert(tp: Any, value: Any, path: str) -> Any:

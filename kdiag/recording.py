@@ -102,6 +102,15 @@ class Recording:
         roots = [SnapshotRoot(s) for s in self.snapshots[:2]]
         return roots[1].now() - roots[0].now() if len(roots) == 2 else 5.0
 
+    def kafka_sources(self) -> set[str]:
+        """The Kafka sources (admin, jmx, ...) any snapshot's kafka.json holds."""
+        sources: set[str] = set()
+        for snap in self.snapshots:
+            kafka = snap / "kafka.json"
+            if kafka.exists():
+                sources |= set(json.loads(kafka.read_text()).get("sources", {}))
+        return sources
+
     def roots(self, time_offset: float = 0.0) -> Iterator[SnapshotRoot]:
         """One Root per snapshot, in order, with times shifted by time_offset."""
         for s in self.snapshots:
