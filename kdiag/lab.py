@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -347,11 +348,19 @@ def _stop(d: Path, info: dict, timeout: float = 30) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
+    majority = info["brokers"] // 2 + 1
+    quorum_lost_at = None
     while live and time.monotonic() < deadline:
         time.sleep(0.5)
         live = {n: pid for n, pid in live.items() if _alive(pid, d / f"node-{n}")}
+        # A broker's controlled shutdown needs a controller quorum and otherwise waits up to 5 minutes,
+        # so once most nodes are gone the stragglers get a short grace only.
+        if len(live) < majority:
+            quorum_lost_at = quorum_lost_at or time.monotonic()
+            if time.monotonic() - quorum_lost_at > 5:
+                break
     for n, pid in live.items():
-        print(f"node {n} (pid {pid}) did not stop in {timeout:.0f}s: killing it", file=sys.stderr)
+        print(f"node {n} (pid {pid}) did not stop: killing it", file=sys.stderr)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     while any(_alive(pid, d / f"node-{n}") for n, pid in live.items()):
@@ -421,6 +430,15 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     return info
 
 
+@contextlib.contextmanager
+def _locked(d: Path):
+    """Hold an exclusive lock on DIR so concurrent `up`/`down` calls run one after another."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def _run(fn):
     def wrapped(args) -> int:
         try:
@@ -434,7 +452,8 @@ def _run(fn):
 @_run
 def cmd_up(args) -> int:
     """Handle `kdiag lab up`."""
-    info = up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout)
+    with _locked(lab_dir(args.dir)):
+        info = up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout)
     print("\n".join(_info_lines(info, "running")), flush=True)
     return 0
 
@@ -457,17 +476,18 @@ def cmd_status(args) -> int:
 def cmd_down(args) -> int:
     """Handle `kdiag lab down`."""
     d = lab_dir(args.dir)
-    info = _load(d)
-    if info:
+    if not (d / "lab.json").exists():
+        print(f"lab: absent dir={d}")
+        return 0
+    with _locked(d):
+        info = _load(d) or {"brokers": 0}
         _stop(d, info)
         print(f"lab: stopped dir={d}")
-    else:
-        print(f"lab: absent dir={d}")
-    if args.purge:
-        for node_dir in d.glob("node-*"):
-            shutil.rmtree(node_dir)
-        (d / "lab.json").unlink(missing_ok=True)
-        print(f"lab: purged data under {d}")
+        if args.purge:
+            for node_dir in d.glob("node-*"):
+                shutil.rmtree(node_dir)
+            (d / "lab.json").unlink(missing_ok=True)
+            print(f"lab: purged data under {d}")
     return 0
 
 
