@@ -147,5 +147,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         config = _build(Config, data, "")
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}" if path else str(e)) from None
-    config.validate()
+    try:
+        config.validate()
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path else str(e)) from None
     return config

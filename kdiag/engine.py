@@ -36,6 +36,8 @@ def default_rules_dir() -> Path:
 
 def parse_duration(text: str | float) -> float:
     """Seconds in '20s', '1m', '500ms', '2h' or a bare number of seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration like 30s, 5m or 500ms")
     if isinstance(text, int | float):
         return float(text)
     m = DURATION.match(str(text).strip())
@@ -109,15 +111,36 @@ class _Loader:
     def __init__(self, path: Path):
         self.path = path
         self.errors: list[RuleError] = []
+        self.lines: list[str] = []
 
     def error(self, node: yaml.Node, rule: str, message: str, offset: int = 0) -> None:
-        # A folded or quoted scalar starts one column later than its mark; plain scalars map 1:1.
-        line, column = node.start_mark.line + 1, node.start_mark.column + 1 + offset
+        line, column = self.position(node, offset)
         self.errors.append(RuleError(str(self.path), line, column, rule, message))
+
+    def position(self, node: yaml.Node, offset: int) -> tuple[int, int]:
+        """1-based file line and column of the character at `offset` in a scalar's value."""
+        mark = node.start_mark
+        style = getattr(node, "style", None)
+        if style in ("'", '"'):
+            return mark.line + 1, mark.column + 2 + offset  # past the opening quote
+        if style not in (">", "|"):
+            return mark.line + 1, mark.column + 1 + offset
+        # Block scalar: its content starts on the next line; folding or not, each line ends in one character.
+        content = [line for line in self.lines[mark.line + 1:]]
+        indent = next((len(x) - len(x.lstrip()) for x in content if x.strip()), 0)
+        start = 0
+        for i, raw in enumerate(content):
+            text = raw[indent:]
+            if offset <= start + len(text):
+                return mark.line + 2 + i, indent + offset - start + 1
+            start += len(text) + 1
+        return mark.line + 1, mark.column + 1
 
     def load(self) -> list[Rule]:
         try:
-            root = yaml.compose(self.path.read_text(encoding="utf-8"))
+            text = self.path.read_text(encoding="utf-8")
+            self.lines = text.splitlines()
+            root = yaml.compose(text)
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             self.errors.append(RuleError(str(self.path), mark.line + 1 if mark else 0,
@@ -175,8 +198,8 @@ class _Loader:
         except ValueError as e:
             m = re.search(r"<input>:(\d+):(\d+): (.*)", str(e))
             line, col, msg = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (1, 1, str(e))
-            self.errors.append(RuleError(str(self.path), node.start_mark.line + line,
-                                         node.start_mark.column + col, rid, f"when: CEL {msg}"))
+            offset = sum(len(x) + 1 for x in expression.split("\n")[: line - 1]) + col - 1
+            self.error(node, rid, f"when: CEL {msg}", offset)
             return None
         for var in program.variables():
             if var not in ("it", *GLOBAL_SUBJECTS):

@@ -68,7 +68,8 @@ def counter_increase(previous: float, current: float, kind: str) -> float:
     """Increase between two counter readings: a drop is a wrap for 32-bit counters, else a reset."""
     if current >= previous:
         return current - previous
-    if kind == COUNTER32 and previous < WRAP32:
+    # A 32-bit counter that wrapped gained less than half its range; a bigger "gain" means it was reset.
+    if kind == COUNTER32 and previous < WRAP32 and current + WRAP32 - previous < WRAP32 // 2:
         return current + WRAP32 - previous
     return current
 

@@ -41,6 +41,7 @@ def record(out: Path, duration: float, interval: float, collectors: CollectorSet
         tee = TeeRoot(live, snap)
         taken = tee.now()
         collectors.run(tee)
+        copy_contract_extras(tee, snap)
         (snap / "meta.json").write_text(json.dumps({"time": taken}) + "\n")
         if tee.kafka_state:
             kafka = {"version": KAFKA_STATE_VERSION, "sources": tee.kafka_state}
@@ -57,6 +58,16 @@ def record(out: Path, duration: float, interval: float, collectors: CollectorSet
     return out
 
 
+def copy_contract_extras(tee: TeeRoot, snap: Path) -> None:
+    """Files the recording format promises that no collector reads: mountinfo, and status/comm of sampled pids."""
+    sampled = [p.name for p in (snap / "proc").iterdir() if p.name.isdigit() and (p / "fd").is_dir()]
+    for rel in ["self/mountinfo", *(f"{pid}/{name}" for pid in sampled for name in ("status", "comm"))]:
+        try:
+            tee.read("proc", rel)
+        except OSError:
+            continue  # the process exited meanwhile
+
+
 class Recording:
     """A readable recording: its manifest and its snapshot directories in lexical order."""
 
@@ -68,7 +79,10 @@ class Recording:
         directory = self.path if self.path.is_dir() else self._extract()
         self.directory = directory
         manifest_file = directory / "manifest.json"
-        self.manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+        try:
+            self.manifest = json.loads(manifest_file.read_text()) if manifest_file.exists() else {}
+        except ValueError as e:
+            raise RecordingError(f"{manifest_file}: not JSON: {e}") from None
         if self.manifest and self.manifest.get("format") != FORMAT:
             raise RecordingError(f"{manifest_file}: format is {self.manifest.get('format')!r}, not {FORMAT!r}")
         self.snapshots = sorted(p for p in directory.iterdir() if (p / "meta.json").is_file())

@@ -131,6 +131,8 @@ def total(values: dict[tuple[str, ...], float]) -> float | None:
 def change_over(history: History, name: str, seconds: float) -> float | None:
     """Latest value minus the oldest value within the last `seconds` of one unlabelled gauge."""
     for _, points, _ in history.series(name):
+        if len(points) < 2:
+            return None
         start = next(v for t, v in points if t >= points[-1][0] - seconds)
         return points[-1][1] - start
     return None
@@ -294,7 +296,7 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
             queue_depth=weighted.get(dev),
             flushes_per_second=flushes.get(dev),
             rotational=one(rotational, dev),
-            holds_kafka_logs=float(any(d == dev or d.startswith(dev) for d in log_devices)),
+            holds_kafka_logs=float(any(d == dev or d.startswith(dev) for d in log_devices)) if log_devices else None,
         )
     return out
 

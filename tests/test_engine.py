@@ -97,8 +97,6 @@ def test_duplicate_id_across_files():
     assert f"{d / 'b.yaml'}:11:1: rule 'same_id'" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: engine._Loader.condition/error position a folded (>) or quoted `when` "
-                                       "at the `when:` key's line and the indicator's column, not inside the text")
 @pytest.mark.parametrize(("name", "line", "column"), [
     ("cel_syntax_folded.yaml", 8, 29),  # the second '>' of '>>' on the folded scalar's second line
     ("unknown_signal_quoted.yaml", 6, 44),  # 'it.rx_pps' inside a double-quoted scalar

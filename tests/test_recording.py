@@ -286,8 +286,6 @@ def test_errors_name_the_path(tmp_path, from_fixture):
         Recording(other)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: recording.Recording.__init__ json.loads the manifest unguarded: a corrupt "
-                                       "manifest.json raises JSONDecodeError (a traceback from the CLI), not RecordingError")
 def test_corrupt_manifest_is_a_recording_error(tmp_path, from_fixture):
     d = tmp_path / "corrupt"
     shutil.copytree(from_fixture, d, symlinks=True)
