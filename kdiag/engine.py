@@ -286,6 +286,9 @@ class Engine:
 
     def __init__(self, rules: list[Rule]):
         self.rules = rules
+        self._by_subject: dict[str, list[Rule]] = {}
+        for rule in rules:
+            self._by_subject.setdefault(rule.each, []).append(rule)
         self.active: dict[tuple[str, str], Diagnosis] = {}
         self.resolved: list[Diagnosis] = []
         self._failing: set[str] = set()
@@ -294,27 +297,33 @@ class Engine:
         """Advance every rule to time t; returns the active diagnoses and sets `resolved`."""
         globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
         holding: dict[tuple[str, str], Diagnosis] = {}
-        for rule in self.rules:
-            for subject in signals.get(rule.each, {}).values():
+        for each, rules in self._by_subject.items():
+            for subject in signals.get(each, {}).values():
                 scope = {**globals_, "it": subject}
-                if not self._holds(rule, scope):
-                    continue
-                key = (rule.id, str(subject.get("name", "")))
-                d = self.active.get(key) or Diagnosis(rule, key[1], since=t)
-                d.state = "firing" if t - d.since >= rule.for_seconds else "pending"
-                d.summary = render(rule.summary, scope)
-                d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
-                              for var, name in rule.evidence if name in scope[var]}
-                holding[key] = d
+                # Converting the scope to CEL values is the expensive part: once per subject, not per rule.
+                context = cel.Context(scope)
+                for rule in rules:
+                    if self._holds(rule, context):
+                        self._hold(rule, subject, scope, t, holding)
         self.resolved = [d for k, d in self.active.items() if k not in holding and d.state == "firing"]
         for d in self.resolved:
             d.ended = t
         self.active = holding
         return sorted(holding.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
 
-    def _holds(self, rule: Rule, scope: dict[str, Signals]) -> bool:
+    def _hold(self, rule: Rule, subject: Signals, scope: dict[str, Signals], t: float,
+              holding: dict[tuple[str, str], Diagnosis]) -> None:
+        key = (rule.id, str(subject.get("name", "")))
+        d = self.active.get(key) or Diagnosis(rule, key[1], since=t)
+        d.state = "firing" if t - d.since >= rule.for_seconds else "pending"
+        d.summary = render(rule.summary, scope)
+        d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
+                      for var, name in rule.evidence if name in scope[var]}
+        holding[key] = d
+
+    def _holds(self, rule: Rule, context: cel.Context) -> bool:
         try:
-            result = rule.program.execute(scope)
+            result = rule.program.execute(context)
         except KeyError:
             return False  # a signal the condition needs is absent for this subject: not evidence of anything
         except Exception as e:  # one broken evaluation must not stop the others
