@@ -61,9 +61,10 @@ class Process(NamedTuple):
 
 
 class Details(NamedTuple):
-    """What is read only for the chosen processes."""
+    """What is read only for the chosen processes; fd_targets is empty when the links were not followed."""
 
     cwd: str
+    open_fds: int
     fd_targets: list[str]
     max_fds: float
 
@@ -165,24 +166,38 @@ class ProcessesCollector:
     name = "processes"
     help = HELP
 
-    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = ()):
+    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0):
         self.top_n = top_n
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
+        self.rediscover_seconds = rediscover_seconds
         # (pid, start time) -> (read_bytes, rchar) at the last collect; start time tells a reused pid.
         self._previous: dict[tuple[int, int], tuple[int, int]] = {}
+        self._discovered: list[str] = []
+        self._discovered_at = -math.inf
+        self._brokers: set[tuple[int, int]] = set()
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples for brokers and top readers, and kdiag_kafka_log_dir_info for each log dir."""
         procs = scan(root)
-        chosen = [p for p in procs if is_broker(p.argv)] + top_readers(procs, self._previous, self.top_n)
+        brokers = [p for p in procs if is_broker(p.argv)]
+        chosen = brokers + top_readers(procs, self._previous, self.top_n)
         self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar) for p in procs}
+        # A broker holds thousands of segment files: follow its fd links only to (re)discover the log dirs.
+        broker_keys = {(p.pid, p.stat.start_ticks) for p in brokers}
+        discover = not self.log_dirs and (
+            broker_keys != self._brokers or root.now() - self._discovered_at >= self.rediscover_seconds)
         inspected = []
         for p in chosen:
             try:
-                inspected.append((p, read_details(root, p.pid)))
+                inspected.append((p, read_details(root, p.pid, follow_fds=discover or not is_broker(p.argv))))
             except OSError:
                 continue  # exited since the scan, or not ours to inspect
-        log_dirs = self.log_dirs or discover_log_dirs(d.fd_targets for p, d in inspected if is_broker(p.argv))
+        if discover:
+            found = discover_log_dirs(d.fd_targets for p, d in inspected if is_broker(p.argv))
+            # Keep what was known when a rediscovery sees no segment file (a replay without the fd links).
+            self._discovered = found or (self._discovered if broker_keys == self._brokers else [])
+            self._discovered_at, self._brokers = root.now(), broker_keys
+        log_dirs = self.log_dirs or self._discovered
         samples = log_dir_samples(root, log_dirs) if log_dirs else []
         for p, d in inspected:
             samples += process_samples(p, d, log_dirs)
@@ -205,16 +220,17 @@ def scan(root: Root) -> list[Process]:
     return procs
 
 
-def read_details(root: Root, pid: int) -> Details:
-    """cwd, open file targets and fd limit of one process; fds closed while listing are skipped."""
+def read_details(root: Root, pid: int, follow_fds: bool = True) -> Details:
+    """cwd, open file count (and targets when following them) and fd limit; fds closed meanwhile are skipped."""
+    fds = root.listdir("proc", f"{pid}/fd")
     targets = []
-    for fd in root.listdir("proc", f"{pid}/fd"):
+    for fd in fds if follow_fds else ():
         try:
             targets.append(root.readlink("proc", f"{pid}/fd/{fd}"))
         except OSError:
             continue
     max_fds = parse_max_fds(*read_source(root, "proc", f"{pid}/limits"))
-    return Details(root.readlink("proc", f"{pid}/cwd"), targets, max_fds)
+    return Details(root.readlink("proc", f"{pid}/cwd"), len(fds), targets, max_fds)
 
 
 def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
@@ -237,14 +253,15 @@ def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
 def process_samples(p: Process, d: Details, log_dirs: list[str]) -> list[Sample]:
     """The per-process series of one chosen process."""
     labels = {"pid": p.pid, "comm": p.stat.comm}
-    touched = touches([d.cwd, *path_arguments(p.argv), *d.fd_targets], log_dirs)
+    # A broker's log dirs are its own, whether or not its links were followed this time.
+    touched = (is_broker(p.argv) and bool(log_dirs)) or touches([d.cwd, *path_arguments(p.argv), *d.fd_targets], log_dirs)
     cmdline = " ".join(p.argv)[:CMDLINE_LABEL_MAX]
     return [
         sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
         sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
         sample("kdiag_process_written_bytes_total", p.io.write_bytes, COUNTER, **labels),
         sample("kdiag_process_cpu_seconds_total", p.stat.cpu_ticks / TICKS_PER_SECOND, COUNTER, **labels),
-        sample("kdiag_process_open_fds", len(d.fd_targets), GAUGE, **labels),
+        sample("kdiag_process_open_fds", d.open_fds, GAUGE, **labels),
         sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
         sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
         sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
