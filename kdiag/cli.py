@@ -32,8 +32,14 @@ def _config(args: argparse.Namespace) -> Config:
         "interval": getattr(args, "interval", None),
         "rules_dirs": args.rules_dir or None,
         "kafka.bootstrap_servers": getattr(args, "bootstrap_servers", None),
+        "kafka.jmx": getattr(args, "jmx", None),
     }
     return load_config(args.config, overrides)
+
+
+def _kafka(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (host:port,...); unset: no Kafka collectors")
+    p.add_argument("--jmx", action="append", help="a broker's JMX URL or host:port (repeatable)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -58,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from kdiag.daemon import host_collectors, load_rules, replay
+    from kdiag.daemon import load_rules, recorded_collectors, replay
     from kdiag.pipeline import CollectorSet, Pipeline
     from kdiag.report import render_text
     from kdiag.root import Root
@@ -72,7 +78,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             recording.close()
     else:
         # Live: sample a short window so rates and `for` durations have something to stand on.
-        pipeline = Pipeline(CollectorSet(host_collectors(config)), load_rules(config), socket.gethostname(),
+        pipeline = Pipeline(CollectorSet(recorded_collectors(config)), load_rules(config), socket.gethostname(),
                             config.history, min(config.signal_window, args.duration))
         root = Root(config.procfs, config.sysfs)
         steps = max(2, int(args.duration // args.step) + 1)
@@ -89,12 +95,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from kdiag.daemon import host_collectors
+    from kdiag.daemon import recorded_collectors
     from kdiag.pipeline import CollectorSet
     from kdiag.root import Root
 
     config = _config(args)
-    out = record(Path(args.output), args.duration, args.interval, CollectorSet(host_collectors(config)),
+    out = record(Path(args.output), args.duration, args.interval, CollectorSet(recorded_collectors(config)),
                  Root(config.procfs, config.sysfs), progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"recording written to {out}")
     return 0
@@ -127,12 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--listen", help="address:port to serve on (default 0.0.0.0:9745)")
     p.add_argument("--interval", type=_duration, help="collection interval (default 5s)")
-    p.add_argument("--bootstrap-servers", help="Kafka bootstrap servers (host:port,...)")
+    _kafka(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="serve a recording, looping, as if live")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("diagnose", help="print what is wrong, live or from a recording")
     _common(p)
+    _kafka(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="a recording directory or .tar.gz")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--duration", type=_duration, default=15.0, help="live: how long to sample (default 15s)")
@@ -141,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("record", help="record /proc, /sys and Kafka snapshots for later diagnosis")
     _common(p)
+    _kafka(p)
     p.add_argument("-o", "--output", required=True, help="new directory, or a file ending in .tar.gz")
     p.add_argument("--duration", type=_duration, default=120.0, help="how long to record (default 120s)")
     p.add_argument("--interval", type=_duration, default=5.0, help="time between snapshots (default 5s)")
@@ -153,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = rules_sub.add_parser(name, help=text)
         _common(p)
         p.set_defaults(func=func)
+    from kdiag import alerts
+
+    alerts.add_parser(rules_sub)
 
     from kdiag import lab
 
@@ -165,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # APScheduler logs every job run at INFO: once per cycle is noise, not news.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return args.func(args)
     except CatalogError as e:

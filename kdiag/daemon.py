@@ -30,9 +30,10 @@ from kdiag.collectors.vmstat import VmstatCollector
 from kdiag.config import Config
 from kdiag.engine import Rule, default_rules_dir, load_catalog
 from kdiag.exporter import Exporter, Published
-from kdiag.pipeline import CollectorSet, Pipeline, State
+from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording import Recording
 from kdiag.root import Root
+from kdiag.sample import Sample
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,35 @@ def host_collectors(config: Config) -> list[Collector]:
     ]
 
 
+def admin_collector(config: Config) -> Collector:
+    """The AdminClient collector; with no bootstrap servers it can only replay recordings."""
+    from kdiag.collectors.kafka_admin import KafkaAdminCollector
+
+    return KafkaAdminCollector(config.kafka.bootstrap_servers, config.kafka.timeout, config.kafka.max_partition_series)
+
+
+def jmx_collector(config: Config) -> Collector:
+    """The broker JMX collector (imported only when used: it drives a JVM)."""
+    from kdiag.collectors.kafka_jmx import KafkaJmxCollector
+
+    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout)
+
+
+KAFKA_SOURCES = {"admin": admin_collector, "jmx": jmx_collector}
+
+
+def kafka_collectors(config: Config, sources: set[str] | None = None) -> dict[str, Collector]:
+    """Kafka collectors by source (as kafka.json names them), for the given sources or what the config turns on."""
+    if sources is None:
+        sources = ({"admin"} if config.kafka.bootstrap_servers else set()) | ({"jmx"} if config.kafka.jmx else set())
+    return {source: make(config) for source, make in KAFKA_SOURCES.items() if source in sources}
+
+
+def recorded_collectors(config: Config) -> list[Collector]:
+    """What `kdiag record` and live `kdiag diagnose` run: the host collectors, and Kafka's when configured."""
+    return host_collectors(config) + list(kafka_collectors(config).values())
+
+
 def load_rules(config: Config) -> list[Rule]:
     """The configured rule dirs, or the catalog shipped with kdiag; CatalogError on any broken rule."""
     return load_catalog([Path(d) for d in config.rules_dirs] or [default_rules_dir()])
@@ -54,13 +84,34 @@ def load_rules(config: Config) -> list[Rule]:
 
 def replay(recording: Recording, config: Config) -> State:
     """Run every snapshot of a recording through a fresh pipeline; the last state is the diagnosis."""
-    collectors = CollectorSet(host_collectors(config))
+    collectors = CollectorSet(host_collectors(config) + list(kafka_collectors(config, recording.kafka_sources()).values()))
     pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window)
     state = None
     for root in recording.roots():
         state = pipeline.step(root)
     assert state is not None  # a Recording always has at least one snapshot
     return state
+
+
+class Background:
+    """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
+
+    def __init__(self, collectors: list[Collector], root: Root):
+        self.collectors = CollectorSet(collectors)
+        self.root = root
+        self._samples: list[Sample] = []
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        """Collect now; a failed collector's samples are dropped rather than served stale."""
+        samples = self.collectors.run(self.root)
+        with self._lock:
+            self._samples = samples
+
+    def latest(self) -> tuple[list[Sample], dict[str, Health]]:
+        """The last samples and the health of each collector."""
+        with self._lock:
+            return self._samples, dict(self.collectors.health)
 
 
 class Daemon:
@@ -70,14 +121,23 @@ class Daemon:
         self.config = config
         self.recording = recording
         self.rules = load_rules(config)
-        self.collectors = CollectorSet(host_collectors(config))
+        live_root = Root(config.procfs, config.sysfs)
+        replayed = kafka_collectors(config, recording.kafka_sources()) if recording else {}
+        self.collectors = CollectorSet(host_collectors(config) + list(replayed.values()))
+        self.background: list[tuple[Background, float]] = []
+        if not recording:
+            # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
+            every = {"admin": config.kafka.interval, "jmx": config.kafka.jmx_interval}
+            for source, collector in kafka_collectors(config).items():
+                self.background.append((Background([collector], live_root), every[source]))
         host = recording.host if recording else socket.gethostname()
         self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
         self.published = Published()
         self.exporter = Exporter(config.listen, self.published)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.stopping = threading.Event()
-        self._help = self.collectors.help()
+        self._help = {**self.collectors.help(), **{k: v for b, _ in self.background for k, v in b.collectors.help().items()}}
+        self._live_root = live_root
         self._replay = None
 
     def start(self) -> None:
@@ -85,6 +145,9 @@ class Daemon:
         self.exporter.start()
         interval = self.recording.interval if self.recording else self.config.interval
         step = self._replay_step if self.recording else self._live_step
+        for i, (background, every) in enumerate(self.background):
+            self.scheduler.add_job(background.run, "interval", seconds=every, id=f"background-{i}", max_instances=1,
+                                   coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.add_job(step, "interval", seconds=interval, id="collect", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
@@ -93,9 +156,18 @@ class Daemon:
     def _publish(self, state: State) -> None:
         self.published.publish(state, self._help)
 
-    def _live_step(self) -> None:
-        self._publish(self.pipeline.step(Root(self.config.procfs, self.config.sysfs)))
+    def _extra(self) -> tuple[list[Sample], dict[str, Health]]:
+        samples: list[Sample] = []
+        health: dict[str, Health] = {}
+        for background, _ in self.background:
+            got, h = background.latest()
+            samples += got
+            health.update(h)
+        return samples, health
 
+    def _live_step(self) -> None:
+        samples, health = self._extra()
+        self._publish(self.pipeline.step(self._live_root, samples, health))
     def _replay_step(self) -> None:
         # Loop over the recording with times shifted so it reads as live, for demos and integration tests.
         if self._replay is None:
