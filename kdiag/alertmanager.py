@@ -1,0 +1,150 @@
+"""Optional direct push of firing diagnoses to Alertmanager's /api/v2/alerts, off the collection thread."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from kdiag.alerts import RUNBOOK_BASE, alert_name, runbook_url
+
+if TYPE_CHECKING:
+    from kdiag.engine import Diagnosis
+    from kdiag.pipeline import State
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+BACKOFF_START = 1.0
+
+
+def timestamp(t: float) -> str:
+    """RFC 3339 UTC, as Alertmanager expects."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def alert_labels(d: Diagnosis, instance: str) -> dict[str, str]:
+    """The labels of a diagnosis's alert: the same as the generated Prometheus alert's, so inhibitions apply."""
+    return {"alertname": alert_name(d.rule.id), "rule": d.rule.id, "subject": d.subject, "severity": d.rule.severity,
+            "kdiag_class": d.rule.kind, "instance": instance}
+
+
+def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:
+    """The diagnosis as kdiag rendered it: dynamic summary, evidence, fix and runbook link."""
+    explains = f" It explains {', '.join(d.rule.explains)}." if d.rule.explains else ""
+    return {"summary": d.summary,
+            "description": f"kdiag {d.rule.kind} {d.rule.id} ({d.rule.severity}) holds for {d.subject} on {instance} "
+                           f"since {timestamp(d.since)}.{explains}",
+            "remediation": d.rule.remediation,
+            "evidence": json.dumps(d.evidence, sort_keys=True, default=str),
+            "runbook_url": runbook_url(d.rule.id, runbook_base)}
+
+
+class AlertPusher:
+    """Posts firing diagnoses to Alertmanager from a background thread; offer() only hands over the latest state."""
+
+    def __init__(self, url: str, instance: str, resend_interval: float = 60.0, timeout: float = 5.0,
+                 backoff_max: float = 60.0, runbook_base: str = RUNBOOK_BASE):
+        self.endpoint = url.rstrip("/") + "/api/v2/alerts"
+        self.instance = instance
+        self.resend_interval = resend_interval
+        self.timeout = timeout
+        self.backoff_max = backoff_max
+        self.runbook_base = runbook_base
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._state: State | None = None
+        self._ended: dict[Key, float] = {}
+        self._firing: dict[Key, dict] = {}  # what Alertmanager was last told is firing
+        self._resolving: dict[Key, dict] = {}  # endsAt posts not yet accepted
+        self._thread: threading.Thread | None = None
+        self.outage = False
+        self.posts = 0
+        self.failures = 0
+
+    def offer(self, state: State) -> None:
+        """Hand over the newest state; never blocks on the network (an unsent older state is replaced)."""
+        with self._lock:
+            self._state = state
+            for d in state.resolved:
+                self._ended[(d.rule.id, d.subject)] = d.ended if d.ended is not None else state.time
+        self._wake.set()
+
+    def start(self) -> None:
+        """Start the sender thread."""
+        self._thread = threading.Thread(target=self._run, name="alertmanager-push", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the sender thread; alerts still firing expire at their endsAt in Alertmanager."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        delay, retry_at, next_resend, told = 0.0, 0.0, 0.0, frozenset()
+        while not self._stopping.is_set():
+            self._wake.clear()
+            with self._lock:
+                state, self._state = self._state, None
+                ended, self._ended = self._ended, {}
+            if state is not None:
+                self._take(state, ended)
+            now = time.monotonic()
+            due = frozenset(self._firing) != told or bool(self._resolving) or now >= next_resend
+            if (self._firing or self._resolving) and due and now >= retry_at:
+                if self._post():
+                    told, next_resend, delay = frozenset(self._firing), now + self.resend_interval, 0.0
+                else:
+                    delay = min(self.backoff_max, 2 * delay or BACKOFF_START)
+                    retry_at = now + delay
+            if not (self._firing or self._resolving):
+                self._wake.wait()
+            else:
+                self._wake.wait(max(0.05, (retry_at if retry_at > now else next_resend) - time.monotonic()))
+
+    def _take(self, state: State, ended: dict[Key, float]) -> None:
+        """Turn a state into the alerts to assert as firing and the ones to resolve."""
+        firing: dict[Key, dict] = {}
+        for d in state.diagnoses:
+            if d.state == "firing":
+                firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance),
+                                                  "annotations": alert_annotations(d, self.instance, self.runbook_base),
+                                                  "startsAt": timestamp(d.since)}
+        for key, alert in self._firing.items():
+            if key not in firing:
+                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key, state.time))}
+        for key in firing:
+            self._resolving.pop(key, None)
+        self._firing = firing
+
+    def _post(self) -> bool:
+        """One POST of every firing alert and every pending resolution; True when Alertmanager took it."""
+        # Firing alerts say when they expire so that a dead kdiag's alerts resolve themselves.
+        expires = timestamp(time.time() + 4 * self.resend_interval)
+        body = [{**a, "endsAt": expires} for a in self._firing.values()] + list(self._resolving.values())
+        request = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            if not self.outage:
+                log.warning("Alertmanager at %s unreachable (%s): retrying with backoff up to %gs",
+                            self.endpoint, getattr(e, "reason", e), self.backoff_max)
+                self.outage = True
+            self.failures += 1
+            return False
+        if self.outage:
+            log.info("Alertmanager at %s reachable again", self.endpoint)
+            self.outage = False
+        self._resolving.clear()
+        self.posts += 1
+        return True

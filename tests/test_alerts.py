@@ -1,0 +1,208 @@
+"""Generated alert rules, Alertmanager config and docs/RULES.md: valid for the real tools, in sync with the catalog."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import yaml
+from promstack import ROOT, binary, free_port, wait_until
+
+from kdiag import alertmanager as am
+from kdiag import alerts
+from kdiag.alertmanager import AlertPusher
+from kdiag.cli import main
+from kdiag.engine import Diagnosis, default_rules_dir, load_catalog
+from kdiag.pipeline import State
+
+RULES = load_catalog([default_rules_dir()])
+BY_ID = {r.id: r for r in RULES}
+PROMETHEUS = ROOT / "deploy" / "prometheus" / "kdiag-alerts.yml"
+PROMETHEUS_TESTS = ROOT / "deploy" / "prometheus" / "kdiag-alerts.test.yml"
+ALERTMANAGER = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+DOCS = ROOT / "docs" / "RULES.md"
+COMPOSE = ROOT / "deploy" / "compose"
+REGENERATE = "the catalog changed: run `kdiag rules export` from the repository root and commit the result"
+
+
+@pytest.mark.parametrize(("path", "render"), [
+    (PROMETHEUS, lambda: alerts.render_prometheus(RULES)),
+    (PROMETHEUS_TESTS, lambda: alerts.render_prometheus_tests(RULES)),
+    (ALERTMANAGER, lambda: alerts.render_alertmanager(RULES)),
+    (DOCS, lambda: alerts.render_docs(RULES)),
+], ids=["prometheus", "prometheus-tests", "alertmanager", "docs"])
+def test_committed_file_matches_the_catalog(path: Path, render) -> None:
+    assert path.read_text(encoding="utf-8") == render(), f"{path.relative_to(ROOT)} drifted: {REGENERATE}"
+
+
+def test_export_cli_writes_what_is_committed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "rules" / "alerts.yml"
+    assert main(["rules", "export", "--prometheus", "-o", str(out)]) == 0
+    assert out.read_text() == PROMETHEUS.read_text()
+    tests = tmp_path / "rules" / "alerts.test.yml"
+    assert tests.read_text() == alerts.render_prometheus_tests(RULES, rule_file="alerts.yml")
+    for flag, committed in (("--alertmanager", ALERTMANAGER), ("--docs", DOCS)):
+        out = tmp_path / flag.strip("-")
+        assert main(["rules", "export", flag, "-o", str(out)]) == 0
+        assert out.read_text() == committed.read_text()
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
+    rules = alerts.prometheus_rules(RULES)["groups"][0]["rules"]
+    assert sorted(a["labels"]["rule"] for a in rules) == sorted(BY_ID)
+    storm = next(a for a in rules if a["labels"]["rule"] == "small_packet_storm")
+    assert storm["alert"] == "KdiagSmallPacketStorm" and alerts.alert_name("nic_irq_on_cpu0") == "KdiagNicIrqOnCpu0"
+    assert storm["expr"] == 'kdiag_diagnosis_active{rule="small_packet_storm"} == 1'
+    assert storm["for"] == "0s"
+    assert storm["labels"] == {"severity": "warning", "kdiag_class": "cause", "rule": "small_packet_storm"}
+    assert set(storm["annotations"]) == {"summary", "description", "remediation", "runbook_url"}
+    assert storm["annotations"]["runbook_url"].endswith("/docs/RULES.md#small_packet_storm")
+
+
+def test_runbook_anchors_exist_in_the_docs() -> None:
+    docs = DOCS.read_text()
+    for r in RULES:
+        assert f'<a id="{r.id}"></a>\n\n## {r.id}\n' in docs
+
+
+def test_inhibitions_follow_the_explains_lists() -> None:
+    inhibit = yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]
+    got = {i["source_matchers"][0]: i["target_matchers"][0] for i in inhibit}
+    assert got['rule="small_packet_storm"'] == 'rule=~"probe_latency_high|softnet_backlog_drops|tcp_retransmits_high"'
+    assert len(got) == sum(1 for r in RULES if r.kind == "cause" and r.explains)
+    assert all(i["equal"] == ["instance"] for i in inhibit)
+
+
+def test_promtool_checks_the_rules() -> None:
+    out = subprocess.run([binary("promtool"), "check", "rules", str(PROMETHEUS)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(RULES)} rules found" in out.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    out = subprocess.run([binary("promtool"), "test", "rules", str(PROMETHEUS_TESTS)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_amtool_checks_the_alertmanager_config() -> None:
+    out = subprocess.run([binary("amtool"), "check-config", str(ALERTMANAGER)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{len(yaml.safe_load(ALERTMANAGER.read_text())['inhibit_rules'])} inhibit rules" in out.stdout
+
+
+def test_compose_mounts_the_tested_files() -> None:
+    compose = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())["services"]
+    mounts = {}
+    for service in compose.values():
+        for volume in service.get("volumes", []):
+            source, target = volume.split(":")[:2]
+            mounts[target] = (COMPOSE / source).resolve()
+    assert mounts["/etc/prometheus/kdiag-alerts.yml"] == PROMETHEUS
+    assert mounts["/etc/alertmanager/alertmanager.yml"] == ALERTMANAGER
+    assert mounts["/var/lib/grafana/dashboards/kdiag"] == ROOT / "dashboards"
+    assert mounts["/etc/grafana/provisioning/dashboards/kdiag.yml"] == ROOT / "dashboards" / "provisioning" / "dashboards.yml"
+    assert mounts["/etc/grafana/provisioning/datasources/kdiag.yml"] == ROOT / "dashboards" / "provisioning" / "datasources.yml"
+    assert all(p.exists() for p in mounts.values())
+    prometheus = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
+    assert prometheus["rule_files"] == ["/etc/prometheus/kdiag-alerts.yml"]
+    # Nothing tested elsewhere may be copied here unless it is identical to its source.
+    tested = {p.name: p for p in [PROMETHEUS, PROMETHEUS_TESTS, ALERTMANAGER, *(ROOT / "dashboards").rglob("*.*")]}
+    for f in COMPOSE.iterdir():
+        if f.name in tested:
+            assert f.read_bytes() == tested[f.name].read_bytes(), f"{f} differs from {tested[f.name]}"
+
+
+class Receiver:
+    """A fake Alertmanager API on loopback that records every posted alert list."""
+
+    def __init__(self, port: int = 0):
+        self.bodies: list[list[dict]] = []
+        bodies = self.bodies
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                assert self.path == "/api/v2/alerts"
+                bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def firing(rule: str = "small_packet_storm", subject: str = "eth0") -> Diagnosis:
+    return Diagnosis(BY_ID[rule], subject, 1764430000.0, "firing", f"{subject} is dynamic 123", {"x": 1.5, "cmd": "tar"})
+
+
+def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
+    receiver = Receiver()
+    pusher = AlertPusher(receiver.url, "broker-1", resend_interval=60.0)
+    pusher.start()
+    try:
+        d = firing()
+        pending = Diagnosis(BY_ID["tcp_retransmits_high"], "host", 1764430010.0, "pending")
+        pusher.offer(State("h", 1764430020.0, [], {}, {}, [d, pending]))
+        wait_until(lambda: receiver.bodies, 10, "the first post")
+        (alert,) = receiver.bodies[0]
+        assert alert["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
+                                   "severity": "warning", "kdiag_class": "cause", "instance": "broker-1"}
+        notes = alert["annotations"]
+        assert notes["summary"] == "eth0 is dynamic 123" and json.loads(notes["evidence"]) == {"x": 1.5, "cmd": "tar"}
+        assert notes["remediation"] == BY_ID["small_packet_storm"].remediation and "broker-1" in notes["description"]
+        assert alert["startsAt"] == "2025-11-29T15:26:40.000Z"
+        # The same firing set again is not news: nothing is posted before the resend interval.
+        pusher.offer(State("h", 1764430025.0, [], {}, {}, [d]))
+        d.ended = 1764430030.0
+        pusher.offer(State("h", 1764430030.0, [], {}, {}, [], [d]))
+        wait_until(lambda: len(receiver.bodies) == 2, 10, "the resolving post")
+        (resolved,) = receiver.bodies[1]
+        assert resolved["labels"] == alert["labels"] and resolved["endsAt"] == "2025-11-29T15:27:10.000Z"
+        pusher.offer(State("h", 1764430035.0, [], {}, {}, []))
+        time.sleep(0.3)
+        assert len(receiver.bodies) == 2
+    finally:
+        pusher.stop()
+        receiver.close()
+
+
+def test_pusher_backs_off_logs_once_and_recovers(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(am, "BACKOFF_START", 0.05)
+    port = free_port()
+    pusher = AlertPusher(f"http://127.0.0.1:{port}", "broker-1", backoff_max=0.2, timeout=1.0)
+    caplog.set_level(logging.INFO, logger="kdiag.alertmanager")
+    pusher.start()
+    receiver = None
+    try:
+        # offer() only swaps a slot: many offers during an outage return at once and keep the latest.
+        done = threading.Event()
+        threading.Thread(target=lambda: ([pusher.offer(State("h", float(i), [], {}, {}, [firing(subject=f"eth{i}")]))
+                                          for i in range(200)], done.set()), daemon=True).start()
+        assert done.wait(10)
+        wait_until(lambda: pusher.failures >= 4, 10, "several failed attempts")
+        warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
+        assert len(warnings) == 1
+        receiver = Receiver(port)
+        wait_until(lambda: receiver.bodies, 10, "a post once Alertmanager is back")
+        assert [a["labels"]["subject"] for a in receiver.bodies[0]] == ["eth199"]
+        assert any("reachable again" in r.getMessage() for r in caplog.records)
+    finally:
+        pusher.stop()
+        if receiver:
+            receiver.close()
