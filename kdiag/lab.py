@@ -341,9 +341,11 @@ def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = Non
     return lines
 
 
-def _stop(d: Path, info: dict, timeout: float = 30) -> None:
-    """SIGTERM every running node, wait up to timeout, then SIGKILL what is left."""
-    live = {n: pid for n, pid in _pids(d, info).items() if pid}
+def _stop(d: Path, info: dict, timeout: float = 30, nodes: list[int] | None = None) -> None:
+    """SIGTERM every running node (or only those in nodes), wait up to timeout, then SIGKILL what is left."""
+    running = {n: pid for n, pid in _pids(d, info).items() if pid}
+    live = {n: pid for n, pid in running.items() if nodes is None or n in nodes}
+    others = len(running) - len(live)
     for pid in live.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -355,7 +357,7 @@ def _stop(d: Path, info: dict, timeout: float = 30) -> None:
         live = {n: pid for n, pid in live.items() if _alive(pid, d / f"node-{n}")}
         # A broker's controlled shutdown needs a controller quorum and otherwise waits up to 5 minutes,
         # so once most nodes are gone the stragglers get a short grace only.
-        if len(live) < majority:
+        if len(live) + others < majority:
             quorum_lost_at = quorum_lost_at or time.monotonic()
             if time.monotonic() - quorum_lost_at > 5:
                 break
@@ -365,7 +367,7 @@ def _stop(d: Path, info: dict, timeout: float = 30) -> None:
             os.kill(pid, signal.SIGKILL)
     while any(_alive(pid, d / f"node-{n}") for n, pid in live.items()):
         time.sleep(0.2)
-    for n in range(1, info["brokers"] + 1):
+    for n in nodes or range(1, info["brokers"] + 1):
         (d / f"node-{n}" / "pid").unlink(missing_ok=True)
 
 
@@ -437,6 +439,30 @@ def _locked(d: Path):
     with open(d / ".lock", "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
+
+
+def stop_node(n: int, dir=None, timeout: float = 30) -> None:
+    """Stop node n of the lab in DIR (a controlled shutdown when the others keep the quorum)."""
+    d = lab_dir(dir)
+    with _locked(d):
+        info = _load(d)
+        if not info or not 1 <= n <= info["brokers"]:
+            raise LabError(f"no node {n} in the lab at {d}")
+        _stop(d, info, timeout, nodes=[n])
+
+
+def start_node(n: int, dir=None, timeout: float = 180) -> dict:
+    """Start node n of the lab in DIR unless it runs, wait until every broker answers; return lab.json."""
+    d = lab_dir(dir)
+    with _locked(d):
+        info = _load(d)
+        if not info or not 1 <= n <= info["brokers"]:
+            raise LabError(f"no node {n} in the lab at {d}")
+        if not _pids(d, info)[n]:
+            info["pids"][str(n)] = _start(d, n, info["nodes"][str(n)]["jmx_port"])
+            (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
+        _wait_ready(d, info, timeout)
+    return info
 
 
 def _run(fn):
