@@ -138,6 +138,12 @@ class Daemon:
         self.stopping = threading.Event()
         self._help = {**self.collectors.help(), **{k: v for b, _ in self.background for k, v in b.collectors.help().items()}}
         self._live_root = live_root
+        self.pusher = None
+        if config.alertmanager.url:
+            from kdiag.alertmanager import AlertPusher
+
+            am = config.alertmanager
+            self.pusher = AlertPusher(am.url, host, am.resend_interval, am.timeout)
         self._replay = None
 
     def start(self) -> None:
@@ -151,10 +157,14 @@ class Daemon:
         self.scheduler.add_job(step, "interval", seconds=interval, id="collect", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
+        if self.pusher:
+            self.pusher.start()
         log.info("kdiag serving on %s (every %.3gs, %d rules)", self.config.listen, interval, len(self.rules))
 
     def _publish(self, state: State) -> None:
         self.published.publish(state, self._help)
+        if self.pusher:
+            self.pusher.offer(state)
 
     def _extra(self) -> tuple[list[Sample], dict[str, Health]]:
         samples: list[Sample] = []
@@ -178,6 +188,8 @@ class Daemon:
             offset = time.time() - next(self.recording.roots()).now()
             self._replay = self.recording.roots(offset)
             root = next(self._replay)
+            # Counters jump back to the recording's start: rates across the loop would be nonsense.
+            self.pipeline.restart_history()
         self._publish(self.pipeline.step(root))
 
     def serve_forever(self) -> None:
@@ -185,6 +197,8 @@ class Daemon:
         self.start()
         self.stopping.wait()
         self.scheduler.shutdown(wait=False)
+        if self.pusher:
+            self.pusher.stop()
         self.exporter.stop()
 
     def stop(self) -> None:

@@ -309,7 +309,11 @@ class Engine:
         for d in self.resolved:
             d.ended = t
         self.active = holding
-        return sorted(holding.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
+        return self.current()
+
+    def current(self) -> list[Diagnosis]:
+        """The active diagnoses, causes first, then symptoms, then lints."""
+        return sorted(self.active.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
 
     def _hold(self, rule: Rule, subject: Signals, scope: dict[str, Signals], t: float,
               holding: dict[tuple[str, str], Diagnosis]) -> None:

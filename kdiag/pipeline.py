@@ -86,6 +86,12 @@ class Pipeline:
         self.history = History(history_seconds)
         self.host = host
         self.window = window
+        self._hold = False
+
+    def restart_history(self) -> None:
+        """Forget the history (a replay looping back to its start) but keep the diagnoses' state."""
+        self.history = History(self.history.retention)
+        self._hold = True
 
     def step(self, root: Root, extra: list[Sample] | None = None,
              extra_health: dict[str, Health] | None = None) -> State:
@@ -94,7 +100,13 @@ class Pipeline:
         samples = self.collectors.run(root) + list(extra or [])
         self.history.add(t, samples)
         signals = compute_signals(self.history, self.window)
-        diagnoses = self.engine.evaluate(t, signals)
+        if self._hold:
+            # One snapshot gives no rates: judging on it would resolve everything that needs them.
+            self._hold = False
+            diagnoses = self.engine.current()
+            self.engine.resolved = []
+        else:
+            diagnoses = self.engine.evaluate(t, signals)
         health = {**self.collectors.health, **(extra_health or {})}
         return State(self.host, t, samples, {k: Health(**vars(v)) for k, v in health.items()}, signals,
                      diagnoses, self.engine.resolved)
