@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from kdiag.engine import parse_duration
+from kdiag.probe import ProbeConfig
 
 
 class ConfigError(Exception):
@@ -62,6 +63,7 @@ class Config:
     rules_dirs: list[str] = field(default_factory=list)
     processes: ProcessesConfig = field(default_factory=ProcessesConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
 
     def validate(self) -> None:
@@ -76,6 +78,10 @@ class Config:
             raise ConfigError("history: must hold at least 10 intervals")
         if self.processes.top_n < 0:
             raise ConfigError("processes.top_n: must be 0 or more")
+        try:
+            self.probe.validate()
+        except ValueError as e:
+            raise ConfigError(f"probe.{e}") from None
         if self.kafka.jmx and not self.kafka.bootstrap_servers:
             raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
         if self.alertmanager.url and not self.alertmanager.url.startswith(("http://", "https://")):

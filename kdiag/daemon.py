@@ -138,6 +138,13 @@ class Daemon:
         self.stopping = threading.Event()
         self._help = {**self.collectors.help(), **{k: v for b, _ in self.background for k, v in b.collectors.help().items()}}
         self._live_root = live_root
+        self.probe = None
+        if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
+            from kdiag.probe import HELP as PROBE_HELP
+            from kdiag.probe import ProbeService
+
+            self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host)
+            self._help.update(PROBE_HELP)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alertmanager import AlertPusher
@@ -157,6 +164,8 @@ class Daemon:
         self.scheduler.add_job(step, "interval", seconds=interval, id="collect", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
+        if self.probe:
+            self.probe.start()
         if self.pusher:
             self.pusher.start()
         log.info("kdiag serving on %s (every %.3gs, %d rules)", self.config.listen, interval, len(self.rules))
@@ -173,6 +182,11 @@ class Daemon:
             got, h = background.latest()
             samples += got
             health.update(h)
+        if self.probe:
+            # The probe runs in its own threads; here it only hands over its counters.
+            ok, error = self.probe.health()
+            samples += self.probe.samples()
+            health["probe"] = Health(ok, 0.0, self._live_root.now() if ok else None, error)
         return samples, health
 
     def _live_step(self) -> None:
@@ -197,6 +211,8 @@ class Daemon:
         self.start()
         self.stopping.wait()
         self.scheduler.shutdown(wait=False)
+        if self.probe:
+            self.probe.stop()
         if self.pusher:
             self.pusher.stop()
         self.exporter.stop()
