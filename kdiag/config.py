@@ -42,6 +42,13 @@ class KafkaConfig:
 
 
 @dataclass
+class LoadgenConfig:
+    """Where `kdiag bench produce` leaves its live stats files for the loadgen collector."""
+
+    stats_dir: str = "/run/kdiag/loadgen"
+
+
+@dataclass
 class AlertmanagerConfig:
     """Optional direct push of diagnoses to Alertmanager; empty url turns it off."""
 
@@ -64,6 +71,7 @@ class Config:
     processes: ProcessesConfig = field(default_factory=ProcessesConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
+    loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
 
     def validate(self) -> None:
