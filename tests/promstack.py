@@ -8,16 +8,15 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "tests" / "recordings"
@@ -46,21 +45,6 @@ def get_json(url: str, timeout: float = 5.0) -> Any:
     """GET a JSON document."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return json.loads(response.read())
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str, logs: list[Path] = ()) -> Any:
-    """Poll check() until it returns something truthy; fail after timeout seconds with the processes' log tails."""
-    deadline = time.monotonic() + timeout
-    last_error = None
-    while time.monotonic() < deadline:
-        try:
-            if result := check():
-                return result
-        except (OSError, ValueError) as e:  # not listening yet, or a half-written answer
-            last_error = e
-        time.sleep(0.5)
-    tails = "\n".join(f"--- {p.name}:\n{p.read_text(errors='replace')[-2000:]}" for p in logs if p.exists())
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last error: {last_error})\n{tails}")
 
 
 class Stack:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promstack import ROOT, binary, free_port, wait_until
+from promstack import ROOT, binary, free_port
+from waiting import wait_until
 
 from kdiag import alertmanager as am
 from kdiag import alerts

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from promstack import ROOT, Stack, binary, get_json, query, wait_until
+from promstack import ROOT, Stack, binary, get_json, query
+from waiting import wait_until
 
 DASHBOARDS = ROOT / "dashboards"
 FILES = sorted(DASHBOARDS.glob("*.json"))

@@ -10,7 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from promstack import ROOT, Stack, free_port, get_json, wait_until
+from promstack import ROOT, Stack, free_port, get_json
+from waiting import wait_until
 
 from kdiag.alertmanager import AlertPusher
 from kdiag.engine import Diagnosis, default_rules_dir, load_catalog

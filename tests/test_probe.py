@@ -21,6 +21,7 @@ from kdiag.probe import (
     _Topology,
 )
 from kdiag.sample import COUNTER, GAUGE, HISTOGRAM
+from waiting import timed_wait
 
 # -- SequenceTracker ---------------------------------------------------------------------------------
 
@@ -224,16 +225,6 @@ def values(svc: ProbeService, name: str) -> dict[str, float]:
     return {dict(s.labels).get("broker_id", ""): s.value for s in svc.samples() if s.name == name}
 
 
-def wait_for(condition, timeout: float, what: str) -> float:
-    """Poll condition every 0.5 s until it holds; return the seconds it took, fail after timeout."""
-    t0 = time.monotonic()
-    while not condition():
-        if time.monotonic() - t0 > timeout:
-            pytest.fail(f"not within {timeout:.0f}s: {what}")
-        time.sleep(0.5)
-    return time.monotonic() - t0
-
-
 TEST_CONFIG = dict(topic="kdiag-probe-test", interval=0.5, availability_window=10.0, reconcile_interval=5.0, sla=10.0)
 
 
@@ -243,7 +234,7 @@ def test_probe_metrics_per_broker(kafka_lab):
     svc = ProbeService(kafka_lab["bootstrap"], ProbeConfig(**TEST_CONFIG), "test")
     svc.start()
     try:
-        wait_for(lambda: set(values(svc, "kdiag_probe_messages_received_total")) == brokers
+        timed_wait(lambda: set(values(svc, "kdiag_probe_messages_received_total")) == brokers
                  and all(v >= 3 for v in values(svc, "kdiag_probe_messages_received_total").values()), 30,
                  "probe messages received through every broker")
         assert svc.health() == (True, "")
@@ -277,7 +268,7 @@ def test_broker_restart_drops_its_availability_and_loses_nothing(kafka_lab):
     timings = {}
     try:
         availability = lambda: values(svc, "kdiag_probe_availability_ratio")  # noqa: E731
-        timings["healthy"] = wait_for(lambda: len(availability()) == 3 and all(v == 1.0 for v in availability().values())
+        timings["healthy"] = timed_wait(lambda: len(availability()) == 3 and all(v == 1.0 for v in availability().values())
                                       and values(svc, "kdiag_probe_partitions").get(victim, 0) >= 1, 60,
                                       "every broker fully available and leading a probe partition")
         sent_before = values(svc, "kdiag_probe_messages_acked_total")
@@ -285,14 +276,14 @@ def test_broker_restart_drops_its_availability_and_loses_nothing(kafka_lab):
             t0 = time.monotonic()
             lab.stop_node(int(victim), kafka_lab["dir"])
             timings["stop"] = time.monotonic() - t0
-            timings["drop"] = wait_for(lambda: availability().get(victim, 1.0) < 0.5, 30,
+            timings["drop"] = timed_wait(lambda: availability().get(victim, 1.0) < 0.5, 30,
                                        f"availability of broker {victim} below 0.5 while it is down")
             assert values(svc, "kdiag_probe_partitions")[victim] == 0
         finally:
             t0 = time.monotonic()
             lab.start_node(int(victim), kafka_lab["dir"])
             timings["start"] = time.monotonic() - t0
-        timings["recover"] = wait_for(lambda: availability().get(victim) == 1.0, 90,
+        timings["recover"] = timed_wait(lambda: availability().get(victim) == 1.0, 90,
                                       f"availability of broker {victim} back to 1 after its restart")
         acked = values(svc, "kdiag_probe_messages_acked_total")
         assert all(acked[b] > sent_before[b] for b in ("1", "2")), "the others kept acking"
