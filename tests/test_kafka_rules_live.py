@@ -1,0 +1,142 @@
+"""Kafka rules against a real 3-broker cluster, with load and faults made by the test."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
+from waiting import wait_until
+
+from kdiag import lab
+from kdiag.config import load_config
+from kdiag.daemon import kafka_collectors, load_rules
+from kdiag.pipeline import CollectorSet, Pipeline, State
+from kdiag.root import Root
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture(scope="module")
+def cluster(kafka_lab: dict) -> dict:
+    """The lab, when it has the three brokers these tests need."""
+    if kafka_lab["brokers"] < 3:
+        pytest.skip("needs a 3-broker lab: kdiag lab up --brokers 3")
+    return kafka_lab
+
+
+@pytest.fixture(scope="module")
+def admin(cluster: dict) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster["bootstrap"]})
+
+
+def create_topic(admin: AdminClient, name: str, assignment: list[list[int]], **config: str) -> None:
+    """A fresh topic with an explicit replica assignment (the first replica is the preferred leader)."""
+    admin.delete_topics([name])[name].exception(timeout=30)
+    wait_until(lambda: name not in admin.list_topics(timeout=10).topics, 30, f"topic {name} deleted")
+    topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment, config=config)
+    wait_until(lambda: admin.create_topics([topic])[name].exception(timeout=30) is None, 30, f"topic {name} created")
+
+
+@contextmanager
+def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0) -> Iterator[None]:
+    """Keyed produce traffic to each topic at about `rate` messages/s until the block ends."""
+    stop = threading.Event()
+
+    def run() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "1"})
+        n = 0
+        while not stop.is_set():
+            for topic in topics:
+                for _ in range(int(rate / 20)):
+                    producer.produce(topic, key=f"k{n % 1000}".encode(), value=b"x" * 200)
+                    n += 1
+            producer.poll(0)
+            time.sleep(0.05)
+        producer.flush(10)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+class Observer:
+    """A kdiag pipeline over the real cluster (AdminClient and JMX), stepped by the test."""
+
+    def __init__(self, cluster: dict):
+        config = load_config(None, {"kafka.bootstrap_servers": cluster["bootstrap"],
+                                    "kafka.jmx": list(cluster["jmx"].values()), "kafka.timeout": "8s"})
+        self.pipeline = Pipeline(CollectorSet(list(kafka_collectors(config).values())), load_rules(config),
+                                 "live", window=10.0)
+        self.root = Root()
+        self.state: State | None = None
+
+    def step(self) -> State:
+        self.state = self.pipeline.step(self.root)
+        return self.state
+
+    def diagnosed(self, rule: str, subject: str, state: str | None = "firing") -> bool:
+        """Step once; whether the rule holds for the subject (in the given state, or any with None)."""
+        return any(d.rule.id == rule and d.subject == subject and state in (None, d.state)
+                   for d in self.step().diagnoses)
+
+    def rules_for(self, subject: str) -> set[str]:
+        return {d.rule.id for d in self.state.diagnoses if d.subject == subject}
+
+
+def test_forced_fsync_fires_on_the_topic_and_resolves_when_the_override_goes(cluster, admin):
+    create_topic(admin, "live-fsync", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"flush.messages": "1"})
+    observer = Observer(cluster)
+    with keyed_load(cluster["bootstrap"], ["live-fsync"]):
+        wait_until(lambda: observer.diagnosed("forced_fsync", "live-fsync"), 90,
+                   "forced_fsync firing for topic live-fsync")
+        d = next(d for d in observer.state.diagnoses if d.rule.id == "forced_fsync")
+        assert d.evidence["flush_messages"] == 1.0 and d.evidence["cluster.log_flushes_per_second"] > 5.0
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "live-fsync", incremental_configs=[
+            ConfigEntry("flush.messages", None, incremental_operation=AlterConfigOpType.DELETE)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        wait_until(lambda: not observer.diagnosed("forced_fsync", "live-fsync", state=None), 60,
+                   "forced_fsync resolved once flush.messages is removed")
+        assert [d.subject for d in observer.state.resolved if d.rule.id == "forced_fsync"] == ["live-fsync"]
+    admin.delete_topics(["live-fsync"])
+
+
+def test_leaders_on_one_broker_is_partition_skew_and_a_balanced_topic_is_not(cluster, admin):
+    create_topic(admin, "live-skew", [[1, 2, 3], [1, 3, 2]] * 3)
+    create_topic(admin, "live-balanced", [[1, 2, 3], [2, 3, 1], [3, 1, 2]] * 2)
+    observer = Observer(cluster)
+    with keyed_load(cluster["bootstrap"], ["live-skew", "live-balanced"]):
+        wait_until(lambda: observer.diagnosed("partition_skew", "live-skew"), 120,
+                   "partition_skew firing for live-skew")
+        for _ in range(3):
+            observer.step()
+            assert not observer.rules_for("live-balanced") & {"partition_skew", "forced_fsync"}
+        d = next(d for d in observer.state.diagnoses if d.rule.id == "partition_skew")
+        assert d.evidence["leader_top_broker_share"] == 1.0 and d.evidence["leader_skew_ratio"] == 3.0
+    admin.delete_topics(["live-skew", "live-balanced"])
+
+
+def test_a_stopped_broker_degrades_only_its_sources_and_fires_under_replicated(cluster, admin):
+    create_topic(admin, "live-replicated", [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    observer = Observer(cluster)
+    observer.step()
+    try:
+        lab.stop_node(3, cluster["dir"])
+        wait_until(lambda: observer.diagnosed("under_replicated_partitions", "live-replicated"), 120,
+                   "under_replicated_partitions firing for live-replicated with broker 3 down")
+        health = observer.state.health
+        # Two JMX endpoints and the AdminClient still answer: only broker 3's endpoint is down.
+        assert health["kafka_admin"].success and health["kafka_jmx"].success
+        up = {dict(s.labels)["endpoint"]: s.value for s in observer.state.samples if s.name == "kdiag_kafka_jmx_up"}
+        assert sorted(up.values()) == [0.0, 1.0, 1.0]
+    finally:
+        lab.start_node(3, cluster["dir"])
+    admin.delete_topics(["live-replicated"])
