@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kdiag import lab
 
     lab.add_parser(sub)
+    from kdiag import bench
+
+    bench.add_parser(sub)
     return parser
 
 

@@ -16,6 +16,7 @@ from kdiag.collectors.block import BlockCollector
 from kdiag.collectors.diskstats import DiskstatsCollector
 from kdiag.collectors.interrupts import InterruptsCollector
 from kdiag.collectors.loadavg import LoadavgCollector
+from kdiag.collectors.loadgen import LoadgenCollector
 from kdiag.collectors.meminfo import MeminfoCollector
 from kdiag.collectors.mounts import MountsCollector
 from kdiag.collectors.netclass import NetclassCollector
@@ -45,6 +46,7 @@ def host_collectors(config: Config) -> list[Collector]:
         NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
         MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(),
         ProcessesCollector(config.processes.top_n, config.processes.log_dirs),
+        LoadgenCollector(config.loadgen.stats_dir),
     ]
 
 
