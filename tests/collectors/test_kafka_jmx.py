@@ -1,0 +1,117 @@
+import json
+import time
+
+import pytest
+from golden import FIXTURES, assert_golden
+
+from kdiag.collectors.kafka_jmx import KafkaJmxCollector, canonical, jmx_url, parse_row, samples_from_jmx_state
+from kdiag.lab import read_lab
+from kdiag.root import Root
+
+STATE = FIXTURES / "kafka" / "jmx-state.json"
+
+
+def test_golden():
+    assert_golden("kafka-jmx-lab", samples_from_jmx_state(json.loads(STATE.read_text())))
+
+
+def test_failed_endpoint_only_zeroes_its_up():
+    state = json.loads(STATE.read_text())
+    url = sorted(state["endpoints"])[0]
+    state["endpoints"]["service:jmx:rmi:///jndi/rmi://127.0.0.1:1/jmxrmi"] = {"error": "refused"}
+    samples = samples_from_jmx_state(state)
+    up = {dict(s.labels)["endpoint"]: s.value for s in samples if s.name == "kdiag_kafka_jmx_up"}
+    assert up[url] == 1.0 and up["service:jmx:rmi:///jndi/rmi://127.0.0.1:1/jmxrmi"] == 0.0
+
+
+def test_all_endpoints_failed_raises():
+    with pytest.raises(RuntimeError, match="no JMX endpoint answered"):
+        samples_from_jmx_state({"version": 1, "endpoints": {"u": {"error": "refused"}}})
+
+
+def test_requests_summed_over_versions_and_key_order_ignored():
+    values = {
+        "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=Produce,version=9|Count": 2.0,
+        "kafka.network:version=11,request=Produce,name=RequestsPerSec,type=RequestMetrics|Count": 3.0,
+    }
+    samples = samples_from_jmx_state({"version": 1, "endpoints": {"u": {"broker_id": "7", "values": values}}})
+    produce = [s for s in samples if s.name == "kdiag_kafka_requests_total" and ("request", "Produce") in s.labels]
+    assert [s.value for s in produce] == [5.0] and ("broker_id", "7") in produce[0].labels
+
+
+def test_parse_row_and_names():
+    header = ["time", "kafka.server:type=ReplicaManager,name=LeaderCount:Value", "java.lang:name=G1,type=GarbageCollector:Name"]
+    assert parse_row(header, ["1795978868063", "51", "G1"]) == {"kafka.server:type=ReplicaManager,name=LeaderCount|Value": 51.0}
+    assert jmx_url("h:1") == "service:jmx:rmi:///jndi/rmi://h:1/jmxrmi"
+    assert canonical("d:type=a,name=b") == "d:name=b,type=a"
+
+
+def lab_endpoints() -> list[str]:
+    lab = read_lab()
+    if not lab:
+        pytest.skip("the Kafka lab is not running (kdiag lab up --brokers 3)")
+    return [lab["jmx"][n] for n in sorted(lab["jmx"], key=int)]
+
+
+@pytest.fixture
+def lab_collector():
+    collector = KafkaJmxCollector(lab_endpoints(), timeout=20.0, poll_interval=1.0)
+    yield collector
+    collector.close()
+
+
+def by_broker(samples, name):
+    return {dict(s.labels)["broker_id"]: s.value for s in samples if s.name == name}
+
+
+@pytest.mark.kafka
+def test_live_values_for_every_broker(lab_collector):
+    samples = lab_collector.collect(Root())
+    brokers = {str(n) for n in range(1, len(lab_collector.urls) + 1)}
+    assert {s.value for s in samples if s.name == "kdiag_kafka_jmx_up"} == {1.0}
+    for name in ("kdiag_kafka_request_handler_idle_ratio", "kdiag_kafka_partitions", "kdiag_kafka_bytes_in_total"):
+        assert set(by_broker(samples, name)) == brokers, name
+    assert all(0.0 <= v <= 1.0 for v in by_broker(samples, "kdiag_kafka_request_handler_idle_ratio").values())
+
+
+@pytest.mark.kafka
+def test_live_bytes_in_grows_when_producing(lab_collector):
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    before = sum(by_broker(lab_collector.collect(Root()), "kdiag_kafka_bytes_in_total").values())
+    producer = confluent_kafka.Producer({"bootstrap.servers": read_lab()["bootstrap"]})
+    for i in range(3000):
+        producer.produce("kdiag-jmx-test", value=b"x" * 100, key=str(i).encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        after = sum(by_broker(lab_collector.collect(Root()), "kdiag_kafka_bytes_in_total").values())
+        if after >= before + 300_000:
+            break
+        time.sleep(1)
+    assert after >= before + 300_000
+
+
+@pytest.mark.kafka
+def test_live_closed_port_only_zeroes_that_endpoint():
+    collector = KafkaJmxCollector([*lab_endpoints(), "127.0.0.1:1"], timeout=15.0, poll_interval=1.0)
+    try:
+        samples = collector.collect(Root())
+    finally:
+        collector.close()
+    up = {dict(s.labels)["endpoint"]: s.value for s in samples if s.name == "kdiag_kafka_jmx_up"}
+    assert up.pop(jmx_url("127.0.0.1:1")) == 0.0
+    assert set(up.values()) == {1.0}
+
+
+@pytest.mark.kafka
+def test_live_all_dead_raises_within_timeout():
+    lab_endpoints()
+    collector = KafkaJmxCollector(["127.0.0.1:1", "127.0.0.1:2"], timeout=3.0)
+    start = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="no JMX endpoint answered"):
+            collector.collect(Root())
+    finally:
+        collector.close()
+    assert time.monotonic() - start < 3.0 + 5
