@@ -39,6 +39,8 @@ class KafkaConfig:
     jmx_interval: Duration = Duration(30.0)
     timeout: Duration = Duration(10.0)
     max_partition_series: int = 2000
+    # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the `kdiag lab` jars.
+    jmx_classpath: str = ""
 
 
 @dataclass

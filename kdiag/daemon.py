@@ -61,7 +61,7 @@ def jmx_collector(config: Config) -> Collector:
     """The broker JMX collector (imported only when used: it drives a JVM)."""
     from kdiag.collectors.kafka_jmx import KafkaJmxCollector
 
-    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout)
+    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout, classpath=config.kafka.jmx_classpath or None)
 
 
 KAFKA_SOURCES = {"admin": admin_collector, "jmx": jmx_collector}
@@ -213,6 +213,11 @@ class Daemon:
         self.start()
         self.stopping.wait()
         self.scheduler.shutdown(wait=False)
+        for background, _ in self.background:
+            for collector in background.collectors.collectors:
+                # The JMX collector keeps a JVM reader per broker: stop them with the daemon.
+                if hasattr(collector, "close"):
+                    collector.close()
         if self.probe:
             self.probe.stop()
         if self.pusher:

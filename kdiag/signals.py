@@ -344,5 +344,5 @@ def proc_signals(history: History, window: float) -> dict[str, Signals]:
     return out
 
 # Kafka and probe subject kinds register themselves on import.
-import kdiag.kafka_signals  # noqa: E402, F401
+import kdiag.kafka_signals  # noqa: E402
 import kdiag.loadgen_signals  # noqa: E402, F401
