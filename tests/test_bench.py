@@ -167,7 +167,7 @@ def test_tiny_records_without_linger_show_as_tiny_produce_requests(kafka_lab: di
     proc = kdiag("bench", "produce", "--topic", topic, "--num-records", "100000000", "--record-size", "20",
                  "--throughput", "-1", "--bootstrap-server", kafka_lab["bootstrap"], "--producer-props", "linger.ms=0",
                  # librdkafka batches on its own while the broker is slow (other tests load it): cap the batches.
-                 "batch.size=2048", "acks=1", "--stats-dir", str(tmp_path))
+                 "batch.size=256", "acks=1", "--stats-dir", str(tmp_path))
     try:
         pipeline = Pipeline(CollectorSet([LoadgenCollector(tmp_path)]), load_rules(Config()), "test", 900.0, 30.0)
         deadline = time.monotonic() + 20

@@ -309,12 +309,15 @@ class JmxReader:
         """Whether the JVM is still running."""
         return self.process.poll() is None
 
-    def wait_row(self, deadline: float) -> dict[str, float] | None:
-        """The latest row, waiting until `deadline` (monotonic) for the first one; None if none came."""
+    def wait_row(self, deadline: float, max_age: float) -> dict[str, float] | None:
+        """The latest row no older than max_age, waiting until `deadline` (monotonic) for the first one."""
         with self._fresh:
             while self.latest is None and self.alive() and time.monotonic() < deadline:
                 self._fresh.wait(min(0.2, max(0.0, deadline - time.monotonic())))
-            return self.latest[1] if self.latest else None
+            # A JVM that died, or stopped printing, still holds its last row: that is not the broker now.
+            if self.latest is None or not self.alive() or time.monotonic() - self.latest[0] > max_age:
+                return None
+            return self.latest[1]
 
     def close(self) -> None:
         """Stop the JVM and its watcher shell."""
@@ -356,6 +359,11 @@ class KafkaJmxCollector:
         self.readers: dict[str, JmxReader] = {}
         self._lock = threading.Lock()
 
+    @property
+    def max_age(self) -> float:
+        """How old a reader's last row may be before the endpoint counts as down."""
+        return 2 * self.poll_interval + self.timeout
+
     def _reader(self, url: str) -> JmxReader:
         """The endpoint's reader, restarted when stale or older than `refresh`, and when dead (at most once a minute)."""
         reader = self.readers.get(url)
@@ -363,7 +371,7 @@ class KafkaJmxCollector:
         if reader is not None:
             last = reader.latest[0] if reader.latest else reader.started
             if reader.alive():
-                restart = now - last > 2 * self.poll_interval + self.timeout or now - reader.started > self.refresh
+                restart = now - last > self.max_age or now - reader.started > self.refresh
             else:
                 # A dead endpoint is retried once a minute, not every cycle: each try costs a JVM start.
                 restart = now - reader.started > self.restart_after
@@ -381,11 +389,11 @@ class KafkaJmxCollector:
             deadline = time.monotonic() + self.timeout
             endpoints: dict[str, Any] = {}
             for url, reader in readers.items():
-                values = reader.wait_row(deadline)
+                values = reader.wait_row(deadline, self.max_age)
                 if values:
                     endpoints[url] = {"broker_id": broker_id(values), "values": values}
                 else:
-                    endpoints[url] = {"error": reader.error or "no JmxTool row within timeout"}
+                    endpoints[url] = {"error": reader.error or f"no JmxTool row in the last {self.max_age:.0f}s"}
             return {"version": 1, "endpoints": endpoints}
 
     def collect(self, root: Root) -> list[Sample]:
