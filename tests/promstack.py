@@ -75,6 +75,13 @@ class Stack:
         self._ready(f"http://{address}/healthz", "kdiag /healthz")
         return address
 
+    def kdiag_live(self, *args: str) -> str:
+        """`kdiag run` on the live host with these extra arguments (e.g. --bootstrap-servers); returns its host:port."""
+        address = f"127.0.0.1:{free_port()}"
+        self._start("kdiag", [sys.executable, "-m", "kdiag", "run", "--listen", address, *args])
+        self._ready(f"http://{address}/healthz", "kdiag /healthz")
+        return address
+
     def alertmanager(self, config: dict) -> str:
         """prometheus-alertmanager with this config, clustering off; returns its base URL."""
         exe = binary("prometheus-alertmanager")

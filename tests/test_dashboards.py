@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
+import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 from promstack import ROOT, Stack, binary, get_json, query
 from waiting import wait_until
 
 DASHBOARDS = ROOT / "dashboards"
 FILES = sorted(DASHBOARDS.glob("*.json"))
-# Diagnoses and Host panels must return data from any kdiag; Kafka and probe series exist only with a cluster.
+# Diagnoses and Host panels must return data from any kdiag (a replayed host recording); Kafka and probe
+# series exist only with a cluster, so those panels are checked against a live kdiag on the Kafka lab.
 STRICT = {"kdiag-diagnoses", "kdiag-host"}
 GRAFANA_INTERVALS = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 VARIABLE = re.compile(r"\$\{?(\w+)\}?")
@@ -120,10 +127,160 @@ def test_instance_variable_finds_kdiag(scraped: dict) -> None:
     assert values == [scraped["instance"]]
 
 
-@pytest.mark.parametrize(("uid", "panel", "expr"), TARGETS, ids=[f"{u}:{p}" for u, p, _ in TARGETS])
+HOST_TARGETS = [t for t in TARGETS if t[0] in STRICT]
+KAFKA_TARGETS = [t for t in TARGETS if t[0] not in STRICT]
+
+
+@pytest.mark.parametrize(("uid", "panel", "expr"), HOST_TARGETS, ids=[f"{u}:{p}" for u, p, _ in HOST_TARGETS])
 def test_panel_query_returns_data(scraped: dict, uid: str, panel: str, expr: str) -> None:
     missing = sorted(set(METRIC.findall(expr)) - scraped["names"])
-    if missing and uid not in STRICT:
-        pytest.skip(f"the kdiag under test exports no {', '.join(missing)}: that collector needs a Kafka cluster "
-                    "(--bootstrap-servers) or the probe, which a replayed host recording has not")
+    assert not missing, f"{uid} / {panel}: the kdiag under test exports no {', '.join(missing)}"
     assert query(scraped["prometheus"], concrete(expr)), f"{uid} / {panel}: no data for {concrete(expr)}"
+
+
+# What each Kafka/Probe panel query must return from a live kdiag on the healthy 3-broker lab with a little
+# produce traffic: "brokers" = a finite value for every lab broker, "nonzero" = some series above 0,
+# "data" = any series, "present" = only its metrics exported (the query may rightly be empty when healthy).
+KAFKA_CHECKS = {
+    # The dash-* traffic is keyed over 3 partitions, so some broker takes bytes in.
+    ("kdiag-kafka", "Bytes in per broker/A"): "nonzero",
+    # The admin collector reports leaders for every broker, 0 included.
+    ("kdiag-kafka", "Partition leaders per broker/A"): "brokers",
+    # The JMX LeaderCount gauge exists on every broker, 0 included.
+    ("kdiag-kafka", "Partition leaders per broker/B"): "brokers",
+    # KRaft flushes its metadata log and the traffic appends: some broker flushes within a minute.
+    ("kdiag-kafka", "Log flushes/s/A"): "nonzero",
+    # The flush histogram's mean and p99 are gauges every broker exports from its start.
+    ("kdiag-kafka", "Log flush time/A"): "brokers",
+    # Every broker leads a dash-* or probe partition, so every broker has Produce request times.
+    ("kdiag-kafka", "Produce time split (p99)/A"): "brokers",
+    # Idle ratios are gauges of every broker, whatever the load.
+    ("kdiag-kafka", "Request handler idle/A"): "brokers",
+    # Idle ratios are gauges of every broker, whatever the load.
+    ("kdiag-kafka", "Network processor idle/A"): "brokers",
+    # No > 0 filter: a healthy broker reports 0, still a series.
+    ("kdiag-kafka", "Under-replicated partitions per broker/A"): "brokers",
+    # No > 0 filter: every topic (dash-* and the probe's at least) reports 0.
+    ("kdiag-kafka", "Under-replicated partitions per topic/A"): "data",
+    # The probe writes to a partition led by each broker every 0.5 s.
+    ("kdiag-probe", "Produce latency p99 / p50/A"): "brokers",
+    # The probe writes to a partition led by each broker every 0.5 s.
+    ("kdiag-probe", "Produce latency p99 / p50/B"): "brokers",
+    # A single unlabelled config gauge.
+    ("kdiag-probe", "Produce latency p99 / p50/C"): "data",
+    # The probe reads back what it wrote, per broker.
+    ("kdiag-probe", "End-to-end latency p99 / p50/A"): "brokers",
+    # The probe reads back what it wrote, per broker.
+    ("kdiag-probe", "End-to-end latency p99 / p50/B"): "brokers",
+    # A single unlabelled config gauge.
+    ("kdiag-probe", "End-to-end latency p99 / p50/C"): "data",
+    # Availability is 1 on a healthy cluster, a series per broker.
+    ("kdiag-probe", "Availability/A"): "brokers",
+    # increase() without a > 0 filter: 0 per broker when nothing is lost.
+    ("kdiag-probe", "Messages lost/A"): "brokers",
+    # The probe sends every 0.5 s.
+    ("kdiag-probe", "Sent, acked, failed per second/A"): "nonzero",
+    # Its sends are acked on a healthy cluster.
+    ("kdiag-probe", "Sent, acked, failed per second/B"): "nonzero",
+    # rate() of a counter that stays 0: a 0 series per broker.
+    ("kdiag-probe", "Sent, acked, failed per second/C"): "brokers",
+}
+PROBE_TOPIC = "kdiag-probe-dash"
+
+
+def unmet(prometheus: str, names: set[str], brokers: set[str], check: str, expr: str) -> str:
+    """Why a panel query does not meet its check yet ("" when it does)."""
+    missing = sorted(set(METRIC.findall(expr)) - names)
+    if missing:
+        return f"kdiag exports no {', '.join(missing)}"
+    if check == "present":
+        return ""
+    result = query(prometheus, concrete(expr))
+    values = {r["metric"].get("broker_id"): float(r["value"][1]) for r in result}
+    if check == "data" and not result:
+        return "no data"
+    if check == "nonzero" and not any(v > 0 for v in values.values()):
+        return f"no series above 0: {values}"
+    if check == "brokers" and not {b for b, v in values.items() if math.isfinite(v)} >= brokers:
+        return f"not a finite value for each of brokers {sorted(brokers)}: {values}"
+    return ""
+
+
+def keyed_traffic(bootstrap: str, topic: str, stop: threading.Event) -> None:
+    """Keyed 200-byte messages to topic, about 200/s, until stop is set."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    n = 0
+    while not stop.is_set():
+        for _ in range(100):
+            producer.produce(topic, key=str(n % 97).encode(), value=b"d" * 200)
+            n += 1
+        producer.poll(0)
+        stop.wait(0.5)
+    producer.flush(10)
+
+
+@pytest.fixture(scope="session")
+def kafka_scraped(kafka_lab: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A real Prometheus scraping, every second, a live kdiag with the Kafka collectors and the probe on the lab."""
+    workdir = tmp_path_factory.mktemp("dashboards-kafka-stack")
+    config = workdir / "kdiag.yml"
+    config.write_text(yaml.safe_dump({"kafka": {"interval": "5s", "jmx_interval": "5s"},
+                                      "probe": {"interval": 0.5, "topic": PROBE_TOPIC}}))
+    bootstrap = kafka_lab["bootstrap"]
+    brokers = set(kafka_lab["jmx"])
+    jmx = [arg for n in sorted(kafka_lab["jmx"], key=int) for arg in ("--jmx", kafka_lab["jmx"][n])]
+    topic = f"dash-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=len(brokers), replication_factor=len(brokers))])[topic].result(30)
+    stop = threading.Event()
+    traffic = threading.Thread(target=keyed_traffic, args=(bootstrap, topic, stop), daemon=True)
+    traffic.start()
+    stack = Stack(workdir)
+    try:
+        kdiag = stack.kdiag_live("--interval", "2s", "--bootstrap-servers", bootstrap, *jmx, "--config", str(config))
+        prometheus = stack.prometheus(kdiag)
+
+        def ready() -> bool:
+            names = set(get_json(f"{prometheus}/api/v1/label/__name__/values")["data"])
+            return all(not unmet(prometheus, names, brokers, KAFKA_CHECKS[uid, panel], expr)
+                       for uid, panel, expr in KAFKA_TARGETS)
+
+        # Bounded, and not failing here: past the deadline each test below names its own panel.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not ready():
+            time.sleep(1)
+        names = set(get_json(f"{prometheus}/api/v1/label/__name__/values")["data"])
+        yield {"prometheus": prometheus, "names": names, "instance": kdiag, "brokers": brokers}
+    finally:
+        stop.set()
+        traffic.join(15)
+        stack.close()
+        admin.delete_topics([topic])[topic].result(30)
+
+
+def test_kafka_checks_cover_every_kafka_panel() -> None:
+    assert set(KAFKA_CHECKS) == {(uid, panel) for uid, panel, _ in KAFKA_TARGETS}
+    assert set(KAFKA_CHECKS.values()) <= {"brokers", "nonzero", "data", "present"}
+
+
+@pytest.mark.kafka
+def test_variables_find_the_live_kdiag_and_brokers(kafka_scraped: dict) -> None:
+    prometheus = kafka_scraped["prometheus"]
+    for f in FILES:
+        board = json.loads(f.read_text())
+        if board["uid"] in STRICT:
+            continue
+        for v in board["templating"]["list"]:
+            if v["type"] == "query":
+                selector, label = re.fullmatch(r"label_values\((.+), *(\w+)\)", v["definition"]).groups()
+                found = {r["metric"].get(label) for r in query(prometheus, concrete(selector))}
+                want = {kafka_scraped["instance"]} if label == "instance" else kafka_scraped["brokers"]
+                assert found >= want, f"{board['uid']} ${v['name']}: {found}"
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(("uid", "panel", "expr"), KAFKA_TARGETS, ids=[f"{u}:{p}" for u, p, _ in KAFKA_TARGETS])
+def test_kafka_panel_query_returns_data(kafka_scraped: dict, uid: str, panel: str, expr: str) -> None:
+    check = KAFKA_CHECKS[uid, panel]
+    problem = unmet(kafka_scraped["prometheus"], kafka_scraped["names"], kafka_scraped["brokers"], check, expr)
+    assert not problem, f"{uid} / {panel} ({check}): {problem} for {concrete(expr)}"

@@ -1,5 +1,6 @@
 import json
 import time
+from pathlib import Path
 
 import pytest
 from golden import FIXTURES, assert_golden
@@ -15,13 +16,32 @@ def test_golden():
     assert_golden("kafka-jmx-lab", samples_from_jmx_state(json.loads(STATE.read_text())))
 
 
+def test_fixture_is_the_3_broker_lab():
+    samples = samples_from_jmx_state(json.loads(STATE.read_text()))
+    brokers = {"1", "2", "3"}
+    assert [s.value for s in samples if s.name == "kdiag_kafka_jmx_up"] == [1.0, 1.0, 1.0]
+    for name in ("kdiag_kafka_partitions", "kdiag_kafka_leaders", "kdiag_kafka_bytes_in_total", "kdiag_kafka_log_flushes_total"):
+        assert set(by_broker(samples, name)) == brokers, name
+    # Every broker hosts a controller (combined KRaft nodes), exactly one of them active.
+    assert sorted(by_broker(samples, "kdiag_kafka_active_controller").values()) == [0.0, 0.0, 1.0]
+    for request in ("Produce", "FetchConsumer"):
+        for name in ("kdiag_kafka_requests_total", "kdiag_kafka_request_time_seconds", "kdiag_kafka_request_bytes"):
+            found = {dict(s.labels)["broker_id"] for s in samples if s.name == name and ("request", request) in s.labels}
+            assert found == brokers, (name, request)
+
+
 def test_failed_endpoint_only_zeroes_its_up():
     state = json.loads(STATE.read_text())
-    url = sorted(state["endpoints"])[0]
-    state["endpoints"]["service:jmx:rmi:///jndi/rmi://127.0.0.1:1/jmxrmi"] = {"error": "refused"}
+    urls = sorted(state["endpoints"])
+    dead = "service:jmx:rmi:///jndi/rmi://127.0.0.1:1/jmxrmi"
+    state["endpoints"][urls[0]] = {"error": "refused"}
+    state["endpoints"][dead] = {"error": "refused"}
     samples = samples_from_jmx_state(state)
     up = {dict(s.labels)["endpoint"]: s.value for s in samples if s.name == "kdiag_kafka_jmx_up"}
-    assert up[url] == 1.0 and up["service:jmx:rmi:///jndi/rmi://127.0.0.1:1/jmxrmi"] == 0.0
+    assert up == {urls[0]: 0.0, dead: 0.0, **dict.fromkeys(urls[1:], 1.0)}
+    # The brokers whose endpoint failed have no other series; the others keep theirs.
+    live = {json.loads(STATE.read_text())["endpoints"][u]["broker_id"] for u in urls[1:]}
+    assert set(by_broker(samples, "kdiag_kafka_partitions")) == live
 
 
 def test_all_endpoints_failed_raises():
@@ -115,3 +135,43 @@ def test_live_all_dead_raises_within_timeout():
     finally:
         collector.close()
     assert time.monotonic() - start < 3.0 + 5
+
+
+def capture(path: Path = STATE) -> None:
+    """Write the fixture: one fetch of the 3-broker lab's JMX, after traffic through a jmxtest-* topic led by every broker."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    lab = read_lab()
+    assert lab and lab["brokers"] == 3, "run `kdiag lab up --brokers 3` first"
+    bootstrap, topic = lab["bootstrap"], "jmxtest-capture"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=3)])[topic].result(30)
+    try:
+        # Produce and consume so every broker has registered its Produce and FetchConsumer request MBeans.
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(3000):
+            producer.produce(topic, key=str(i).encode(), value=b"x" * 100)
+            producer.poll(0)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "jmxtest-capture", "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        got, deadline = 0, time.monotonic() + 30
+        while got < 3000 and time.monotonic() < deadline:
+            got += len(consumer.consume(500, timeout=1))
+        consumer.close()
+        collector = KafkaJmxCollector([lab["jmx"][n] for n in sorted(lab["jmx"], key=int)], timeout=20.0, poll_interval=1.0)
+        try:
+            state = collector.fetch()
+        finally:
+            collector.close()
+    finally:
+        admin.delete_topics([topic])[topic].result(30)
+        admin.delete_consumer_groups(["jmxtest-capture"])["jmxtest-capture"].result(30)
+    assert all("values" in e for e in state["endpoints"].values()), state
+    path.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    capture()
