@@ -79,6 +79,11 @@ def recorded_collectors(config: Config) -> list[Collector]:
     return host_collectors(config) + list(kafka_collectors(config).values())
 
 
+def replay_collectors(config: Config, recording: Recording) -> list[Collector]:
+    """The host collectors and the Kafka ones whose state the recording holds."""
+    return host_collectors(config) + list(kafka_collectors(config, recording.kafka_sources()).values())
+
+
 def load_rules(config: Config) -> list[Rule]:
     """The configured rule dirs, or the catalog shipped with kdiag; CatalogError on any broken rule."""
     return load_catalog([Path(d) for d in config.rules_dirs] or [default_rules_dir()])
@@ -86,7 +91,7 @@ def load_rules(config: Config) -> list[Rule]:
 
 def replay(recording: Recording, config: Config) -> State:
     """Run every snapshot of a recording through a fresh pipeline; the last state is the diagnosis."""
-    collectors = CollectorSet(host_collectors(config) + list(kafka_collectors(config, recording.kafka_sources()).values()))
+    collectors = CollectorSet(replay_collectors(config, recording))
     pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window)
     state = None
     for root in recording.roots():
@@ -124,8 +129,7 @@ class Daemon:
         self.recording = recording
         self.rules = load_rules(config)
         live_root = Root(config.procfs, config.sysfs)
-        replayed = kafka_collectors(config, recording.kafka_sources()) if recording else {}
-        self.collectors = CollectorSet(host_collectors(config) + list(replayed.values()))
+        self.collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config))
         self.background: list[tuple[Background, float]] = []
         if not recording:
             # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
