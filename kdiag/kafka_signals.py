@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from kdiag.history import History, window_rate
-from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, subject
+from kdiag.history import History
+from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, subject, total
 
 PRODUCE_PHASES = ("total", "queue", "local", "remote", "response_queue", "response_send")
 BROKER_CONFIGS = {
@@ -187,18 +187,14 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     if not brokers and not controller:
         return {}
 
-    def total(name: str, rate: bool = False) -> float | None:
-        values = rates_by(history, name, window) if rate else latest_by(history, name)
-        return sum(values.values()) if values else None
-
     return {"cluster": put(
         {"name": "cluster"},
         brokers=float(len(brokers)),
-        controller_id=total("kdiag_kafka_controller_id"),
-        log_flushes_per_second=total("kdiag_kafka_log_flushes_total", rate=True),
-        bytes_in_per_second=total("kdiag_kafka_bytes_in_total", rate=True),
-        under_replicated_partitions=total("kdiag_kafka_topic_under_replicated_partitions"),
-        offline_partitions=total("kdiag_kafka_topic_offline_partitions"),
+        controller_id=total(controller),
+        log_flushes_per_second=total(rates_by(history, "kdiag_kafka_log_flushes_total", window)),
+        bytes_in_per_second=total(rates_by(history, "kdiag_kafka_bytes_in_total", window)),
+        under_replicated_partitions=total(latest_by(history, "kdiag_kafka_topic_under_replicated_partitions")),
+        offline_partitions=total(latest_by(history, "kdiag_kafka_topic_offline_partitions")),
     )}
 
 
@@ -222,10 +218,8 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
 def window_quantiles(history: History, name: str, window: float, q: float) -> dict[str, float]:
     """Quantile per broker_id of the observations a histogram gained over the window."""
     increases: dict[str, dict[float, float]] = {}
-    for labels, points, kind in history.series(f"{name}_bucket"):
-        r = window_rate(points, window, kind)
-        if r is not None:
-            increases.setdefault(labels.get("broker_id", ""), {})[float(labels["le"])] = r
+    for (broker, le), r in rates_by(history, f"{name}_bucket", window, "broker_id", "le").items():
+        increases.setdefault(broker, {})[float(le)] = r
     return {b: v for b, buckets in increases.items() if (v := histogram_quantile(q, buckets)) is not None}
 
 

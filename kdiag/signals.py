@@ -219,15 +219,11 @@ def nic_signals(history: History, window: float) -> dict[str, Signals]:
     speeds = latest_by(history, "kdiag_network_speed_bytes", "device")
     queues = latest_by(history, "kdiag_network_queues", "device", "direction")
     irq_rates: dict[str, dict[str, float]] = {}
+    for (nic, cpu), r in rates_by(history, "kdiag_interrupts_total", window, "interface", "cpu").items():
+        irq_rates.setdefault(nic, {})[cpu] = r
     irq_ids: dict[str, set[str]] = {}
-    for labels, points, kind in history.series("kdiag_interrupts_total"):
-        nic = labels.get("interface", "")
-        if nic:
-            irq_ids.setdefault(nic, set()).add(labels["irq"])
-            r = window_rate(points, window, kind)
-            if r is not None:
-                by_cpu = irq_rates.setdefault(nic, {})
-                by_cpu[labels["cpu"]] = by_cpu.get(labels["cpu"], 0.0) + r
+    for nic, irq in latest_by(history, "kdiag_interrupts_total", "interface", "irq"):
+        irq_ids.setdefault(nic, set()).add(irq)
     out = {}
     for dev in sorted(set(rx_packets) | set(tx_packets)):
         if dev == "lo":
