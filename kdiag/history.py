@@ -19,7 +19,8 @@ class History:
         self.retention = retention
         self._points: dict[Key, deque[tuple[float, float]]] = {}
         self._kinds: dict[Key, str] = {}
-        self._by_name: dict[str, set[Key]] = {}
+        # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
+        self._by_name: dict[str, dict[Key, None]] = {}
         self.latest_time: float | None = None
 
     def add(self, t: float, samples: Iterable[Sample]) -> None:
@@ -29,7 +30,7 @@ class History:
             points = self._points.get(key)
             if points is None:
                 points = self._points[key] = deque()
-                self._by_name.setdefault(s.name, set()).add(key)
+                self._by_name.setdefault(s.name, {})[key] = None
             self._kinds[key] = s.kind
             points.append((t, s.value))
         self.latest_time = t
@@ -39,7 +40,7 @@ class History:
                 points.popleft()
             if not points:
                 del self._points[key], self._kinds[key]
-                self._by_name[key[0]].discard(key)
+                self._by_name[key[0]].pop(key, None)
 
     def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
