@@ -34,6 +34,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from kdiag.collectors.processes import parse_stat
+
 KAFKA_VERSION = "4.4.0"
 DEFAULT_BASE_PORT = 9092
 HEAP = "-Xmx512m"
@@ -95,13 +97,12 @@ def _alive(pid: int | None, node_dir: Path) -> bool:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our own exited child
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = parse_stat(Path(f"/proc/{pid}/stat").read_text())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
-    state = stat.rsplit(")", 1)[1].split()[0]
     # Checking the command line guards against a recycled pid.
-    return state not in ("Z", "X") and "kafka.Kafka" in cmdline and str(node_dir) in cmdline
+    return stat.state not in ("Z", "X") and "kafka.Kafka" in cmdline and str(node_dir) in cmdline
 
 
 def _pids(d: Path, info: dict) -> dict[int, int | None]:

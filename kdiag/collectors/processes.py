@@ -41,6 +41,7 @@ class Stat(NamedTuple):
     comm: str
     cpu_ticks: int
     start_ticks: int
+    state: str = ""
 
 
 class IO(NamedTuple):
@@ -70,13 +71,13 @@ class Details(NamedTuple):
 
 
 def parse_stat(text: str, source: str = "/proc/<pid>/stat") -> Stat:
-    """comm, utime+stime and start time; comm may hold spaces and ')', so fields follow the last ')'."""
+    """comm, utime+stime, start time and state; comm may hold spaces and ')', so fields follow the last ')'."""
     head, _, tail = text.rpartition(")")
     _, _, comm = head.partition("(")
     fields = tail.split()
     try:
         # tail starts at field 3 (state): utime, stime and starttime are fields 14, 15 and 22.
-        return Stat(comm, int(fields[11]) + int(fields[12]), int(fields[19]))
+        return Stat(comm, int(fields[11]) + int(fields[12]), int(fields[19]), fields[0])
     except (IndexError, ValueError):
         raise malformed(source, 1, text) from None
 

@@ -79,7 +79,7 @@ def test_first_collect_ranks_by_cumulative_reads():
 
 def test_parse_stat_comm_with_parens_and_spaces():
     text = "3300 (log) reader) S 1 3300 3300 0 -1 4194560 1200 0 0 0 187 63 0 0 20 0 1 0 92000 3133440\n"
-    assert parse_stat(text) == Stat("log) reader", 250, 92000)
+    assert parse_stat(text) == Stat("log) reader", 250, 92000, "S")
     with pytest.raises(ValueError, match="/proc/1/stat line 1"):
         parse_stat("1 (init) S 1\n", "/proc/1/stat")
 
