@@ -193,11 +193,8 @@ def _lag(committed: list[Any], ends: dict[tuple[str, int], int | None]) -> dict[
     return lag
 
 
-def fetch_admin_state(admin: Any, timeout: float, max_partition_series: int = 2000) -> dict[str, Any]:
-    """Cluster, topics, configs and consumer groups as a versioned JSON-ready dict, all within timeout.
-
-    Every partition is kept whatever max_partition_series says: topic totals and lag need them all.
-    """
+def fetch_admin_state(admin: Any, timeout: float) -> dict[str, Any]:
+    """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout."""
     deadline = time.monotonic() + timeout
     state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
     topics = _topics(admin, deadline)
@@ -365,7 +362,7 @@ class KafkaAdminCollector:
         from confluent_kafka import KafkaException
 
         try:
-            return fetch_admin_state(self.admin(), self.timeout, self.max_partition_series)
+            return fetch_admin_state(self.admin(), self.timeout)
         except (KafkaException, TimeoutError) as e:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {type(e).__name__}: {e}") from e
 
