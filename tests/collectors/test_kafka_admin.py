@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from golden import FIXTURES, assert_golden
+from waiting import wait_until
 
 from kdiag.collectors.kafka_admin import (
     KafkaAdminCollector,
@@ -134,15 +135,6 @@ def test_snapshot_replay_never_connects(tmp_path):
 # --- live tests against `kdiag lab` -------------------------------------------------------------------
 
 
-def _wait_for(check, what: str, timeout: float = 30.0) -> None:
-    """Poll check() until it is true; fail naming `what` after timeout."""
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
-
-
 def _ready(admin, topic: str) -> bool:
     """Whether every partition of a new topic has a leader."""
     parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
@@ -161,7 +153,7 @@ def create_topics(bootstrap: str, skew: str, balanced: str) -> None:
     ]
     for future in admin.create_topics(new, request_timeout=30).values():
         future.result(timeout=30)
-    _wait_for(lambda: all(_ready(admin, t) for t in (skew, balanced)), "topic leaders")
+    wait_until(lambda: all(_ready(admin, t) for t in (skew, balanced)), 30, "topic leaders")
 
 
 def cleanup(bootstrap: str, topics: tuple[str, ...], groups: tuple[str, ...] = ()) -> None:
