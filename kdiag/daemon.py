@@ -32,6 +32,8 @@ from kdiag.config import Config
 from kdiag.engine import Rule, default_rules_dir, load_catalog
 from kdiag.exporter import Exporter, Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
+from kdiag.probe import HELP as PROBE_HELP
+from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
 from kdiag.sample import Sample
@@ -142,15 +144,10 @@ class Daemon:
         self.exporter = Exporter(config.listen, self.published)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.stopping = threading.Event()
-        self._help = {**self.collectors.help(), **{k: v for b, _ in self.background for k, v in b.collectors.help().items()}}
         self._live_root = live_root
         self.probe = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
-            from kdiag.probe import HELP as PROBE_HELP
-            from kdiag.probe import ProbeService
-
             self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host)
-            self._help.update(PROBE_HELP)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alertmanager import AlertPusher
@@ -176,8 +173,13 @@ class Daemon:
             self.pusher.start()
         log.info("kdiag serving on %s (every %.3gs, %d rules)", self.config.listen, interval, len(self.rules))
 
+    def _help(self) -> dict[str, str]:
+        # Asked each cycle, not copied at start: meminfo names its fields' HELP only once it has read them.
+        sets = [self.collectors, *(b.collectors for b, _ in self.background)]
+        return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.probe else {})}
+
     def _publish(self, state: State) -> None:
-        self.published.publish(state, self._help)
+        self.published.publish(state, self._help())
         if self.pusher:
             self.pusher.offer(state)
 
