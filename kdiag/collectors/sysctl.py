@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kdiag.collectors._procutil import malformed, read_source
+from kdiag.collectors._util import ints
 from kdiag.root import Root
 from kdiag.sample import GAUGE, Sample
 
@@ -25,17 +26,9 @@ def _gauge(metric: str, value: float, **labels: str) -> Sample:
     return Sample(metric, tuple(sorted(labels.items())), float(value), GAUGE)
 
 
-def parse_values(text: str, source: str) -> list[int]:
-    """The whitespace-separated integers of a /proc/sys file."""
-    try:
-        return [int(v) for v in text.split()]
-    except ValueError:
-        raise malformed(source, 1, text) from None
-
-
 def sysctl_samples(path: str, text: str, source: str) -> list[Sample]:
     """Samples of one /proc/sys file's text, path relative to /proc/sys."""
-    values = parse_values(text, source)
+    values = ints(text.split(), source, 1, text)
     if path == FILE_NR:
         if len(values) != 3:
             raise malformed(source, 1, text, "expected allocated, free and maximum")
