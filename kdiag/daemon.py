@@ -146,6 +146,7 @@ class Daemon:
         self.stopping = threading.Event()
         self._live_root = live_root
         self.probe = None
+        self._probe_last_ok: float | None = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
             self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host)
         self.pusher = None
@@ -194,7 +195,9 @@ class Daemon:
             # The probe runs in its own threads; here it only hands over its counters.
             ok, error = self.probe.health()
             samples += self.probe.samples()
-            health["probe"] = Health(ok, 0.0, self._live_root.now() if ok else None, error)
+            if ok:
+                self._probe_last_ok = self._live_root.now()
+            health["probe"] = Health(ok, 0.0, self._probe_last_ok, error)
         return samples, health
 
     def _live_step(self) -> None:
