@@ -364,6 +364,9 @@ class KafkaAdminCollector:
         try:
             return fetch_admin_state(self.admin(), self.timeout)
         except (KafkaException, TimeoutError) as e:
+            # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
+            # metadata refresh, minutes away): a fresh client asks the live brokers again.
+            self._admin = None
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {type(e).__name__}: {e}") from e
 
     def collect(self, root: Root) -> list[Sample]:
