@@ -74,6 +74,10 @@ class SnapshotRoot(Root):
         return sources[source]
 
 
+# Target of an fd link whose name was listed but whose target was not read while recording.
+UNRECORDED_LINK = "(not recorded)"
+
+
 class TeeRoot(Root):
     """The live host, copying every file, symlink and Kafka state it reads into a snapshot directory."""
 
@@ -124,11 +128,18 @@ class TeeRoot(Root):
                     (copy / name).mkdir()
                 else:
                     (copy / name).touch()
+        elif rel.endswith("/fd"):
+            # A broker's fd links are followed only now and then; its open-file count is the listing itself.
+            for name in names:
+                if not os.path.lexists(copy / name):
+                    os.symlink(UNRECORDED_LINK, copy / name)
         return names
 
     def readlink(self, tree: str, rel: str) -> str:
         link = super().readlink(tree, rel)
         target = self._copy_target(tree, rel)
+        if os.path.lexists(target) and os.readlink(target) == UNRECORDED_LINK:
+            os.remove(target)
         if not os.path.lexists(target):
             os.symlink(link, target)
         return link

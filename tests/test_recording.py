@@ -292,3 +292,18 @@ def test_corrupt_manifest_is_a_recording_error(tmp_path, from_fixture):
     (d / "manifest.json").write_text("{not json")
     with pytest.raises(RecordingError, match=str(d / "manifest.json")):
         Recording(d)
+
+
+def test_broker_open_fd_count_replays_when_its_links_were_not_followed(tmp_path):
+    from kdiag.collectors.processes import ProcessesCollector
+
+    fixture = Path(__file__).parent / "fixtures" / "procs-t0"
+    live_root = Root(fixture / "proc", fixture / "sys")
+    # Log dirs are discovered on the first snapshot only: later ones list the broker's fds without reading them.
+    out = record(tmp_path / "rec", 10, 5, CollectorSet([ProcessesCollector()]), live_root,
+                 progress=lambda _: None, sleep=lambda _: None)
+    expected = len(os.listdir(fixture / "proc" / "2000" / "fd"))
+    collector = ProcessesCollector()
+    for root in Recording(out).roots():
+        fds = {dict(s.labels)["pid"]: s.value for s in collector.collect(root) if s.name == "kdiag_process_open_fds"}
+        assert fds["2000"] == expected
