@@ -36,6 +36,7 @@ def live_brokers(history: History) -> list[str]:
     "bytes_in_share": "this broker's share of the cluster's bytes in (0-1)",
     "messages_in_per_second": "messages produced to this broker per second",
     "produce_requests_per_second": "produce requests per second",
+    "fetch_requests_per_second": "fetch requests per second (consumers and followers)",
     "avg_produce_request_bytes": "bytes per produce request (small means unbatched producers)",
     "log_flushes_per_second": "log flushes (fsync) per second",
     "log_flush_seconds_mean": "mean time of one log flush",
@@ -60,6 +61,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
     bytes_in = rates_per(history, "kdiag_kafka_bytes_in_total", window, "broker_id")
     messages_in = rates_per(history, "kdiag_kafka_messages_in_total", window, "broker_id")
     produce_requests = rates_per(history, "kdiag_kafka_produce_requests_total", window, "broker_id")
+    fetch_requests = rates_per(history, "kdiag_kafka_fetch_requests_total", window, "broker_id")
     flushes = rates_per(history, "kdiag_kafka_log_flushes_total", window, "broker_id")
     flush_time = latest_by(history, "kdiag_kafka_log_flush_seconds", "broker_id", "quantile")
     handler_idle = latest_per(history, "kdiag_kafka_request_handler_idle_ratio", "broker_id")
@@ -86,6 +88,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             bytes_in_share=ratio(bytes_in.get(b), total_bytes_in),
             messages_in_per_second=messages_in.get(b),
             produce_requests_per_second=produce_requests.get(b),
+            fetch_requests_per_second=fetch_requests.get(b),
             avg_produce_request_bytes=ratio(bytes_in.get(b), produce_requests.get(b)),
             log_flushes_per_second=flushes.get(b),
             log_flush_seconds_mean=flush_time.get((b, "mean")),
