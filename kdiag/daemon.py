@@ -203,18 +203,16 @@ class Daemon:
     def _live_step(self) -> None:
         samples, health = self._extra()
         self._publish(self.pipeline.step(self._live_root, samples, health))
+
     def _replay_step(self) -> None:
         # Loop over the recording with times shifted so it reads as live, for demos and integration tests.
-        if self._replay is None:
-            first = next(self.recording.roots()).now()
-            self._replay = self.recording.roots(time.time() - first)
-        root = next(self._replay, None)
+        root = next(self._replay, None) if self._replay else None
         if root is None:
-            offset = time.time() - next(self.recording.roots()).now()
-            self._replay = self.recording.roots(offset)
+            if self._replay is not None:
+                # Counters jump back to the recording's start: rates across the loop would be nonsense.
+                self.pipeline.restart_history()
+            self._replay = self.recording.roots(time.time() - next(self.recording.roots()).now())
             root = next(self._replay)
-            # Counters jump back to the recording's start: rates across the loop would be nonsense.
-            self.pipeline.restart_history()
         self._publish(self.pipeline.step(root))
 
     def serve_forever(self) -> None:

@@ -22,6 +22,11 @@ TOPIC_CONFIGS = {
 }
 
 
+def node_id(broker: str) -> float | None:
+    """A broker_id label as a number, None when it is not one."""
+    return float(broker) if broker.lstrip("-").isdigit() else None
+
+
 def live_brokers(history: History) -> list[str]:
     """Broker ids the AdminClient currently lists."""
     return sorted(k[0] for k in latest_by(history, "kdiag_kafka_broker_info", "broker_id"))
@@ -80,7 +85,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
     for b in sorted(ids):
         out[b] = put(
             {"name": f"broker {b}"},
-            broker_id=float(b) if b.lstrip("-").isdigit() else None,
+            broker_id=node_id(b),
             leaders=leaders.get(b),
             leader_share=ratio(leaders.get(b), total_leaders),
             partitions=replicas.get(b),
@@ -250,7 +255,7 @@ def probe_signals(history: History, window: float) -> dict[str, Signals]:
     for b in sorted(set(availability) | set(sent) | set(produce)):
         out[b] = put(
             {"name": f"broker {b}"},
-            broker_id=float(b) if b.lstrip("-").isdigit() else None,
+            broker_id=node_id(b),
             produce_p99_seconds=produce.get(b),
             end_to_end_p99_seconds=e2e.get(b),
             slo_seconds=slo,
