@@ -124,7 +124,10 @@ def test_pusher_alerts_carry_the_dynamic_summary_and_resolve(alertmanager: str) 
     pusher.start()
     try:
         pusher.offer(State(instance, now, [], {}, {}, [cause, symptom]))
-        got = wait_until(lambda: (a := alerts(alertmanager, instance)) and len(a) == 2 and a, 30, "the pushed alerts")
+        # Alertmanager marks inhibitions asynchronously: an alert may be listed before its inhibitedBy is set.
+        got = wait_until(lambda: (a := alerts(alertmanager, instance)) and len(a) == 2
+                         and a["KdiagTcpRetransmitsHigh"]["status"]["inhibitedBy"] and a, 30,
+                         "the pushed alerts, the symptom marked inhibited")
         pushed = got["KdiagSmallPacketStorm"]
         assert pushed["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
                                     "severity": "warning", "kdiag_class": "cause", "instance": instance}
