@@ -18,9 +18,10 @@ from kdiag import bench
 from kdiag.collectors.loadgen import LoadgenCollector, fetch_loadgen_state, samples_from_loadgen_state
 from kdiag.config import Config
 from kdiag.daemon import load_rules
-from kdiag.pipeline import CollectorSet, Pipeline
+from kdiag.pipeline import CollectorSet, Pipeline, State
 from kdiag.root import Root
 from kdiag.sample import format_samples
+from waiting import wait_until
 
 NUMBER = r"[\d.]+"
 WINDOW = re.compile(rf"^(\d+) records sent, ({NUMBER}) records/sec \(({NUMBER}) MB/sec\), ({NUMBER}) ms avg latency, "
@@ -164,29 +165,34 @@ def test_produce_prints_perf_test_lines_and_consume_reads_them_back(kafka_lab: d
 
 
 @pytest.mark.kafka
-def test_tiny_records_without_linger_show_as_tiny_produce_requests(kafka_lab: dict, topic: str, tmp_path: Path) -> None:
-    proc = kdiag("bench", "produce", "--topic", topic, "--num-records", "100000000", "--record-size", "20",
+def test_tiny_records_without_linger_show_as_tiny_produce_requests(kafka_lab: dict, tmp_path: Path) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
+    name = f"bench-test-{uuid.uuid4().hex[:8]}"
+    # A partition on every broker: the request rate is not capped by one leader on a busy machine.
+    admin.create_topics([NewTopic(name, kafka_lab["brokers"], 1)])[name].result(timeout=30)
+    proc = kdiag("bench", "produce", "--topic", name, "--num-records", "100000000", "--record-size", "20",
                  "--throughput", "-1", "--bootstrap-server", kafka_lab["bootstrap"], "--producer-props", "linger.ms=0",
                  # librdkafka batches on its own while the broker is slow (other tests load it): cap the batches.
                  "batch.size=256", "acks=1", "--stats-dir", str(tmp_path))
-    try:
-        pipeline = Pipeline(CollectorSet([LoadgenCollector(tmp_path)]), load_rules(Config()), "test", 900.0, 30.0)
-        deadline = time.monotonic() + 20
-        while not list(tmp_path.glob("*.json")) and time.monotonic() < deadline:
-            time.sleep(0.2)
+    pipeline = Pipeline(CollectorSet([LoadgenCollector(tmp_path)]), load_rules(Config()), "test", 900.0, 30.0)
+
+    def diagnosed() -> State | None:
         time.sleep(1.0)
-        pipeline.step(Root())
-        time.sleep(2.0)
         state = pipeline.step(Root())
+        return state if "tiny_produce_requests" in {d.rule.id for d in state.diagnoses} else None
+
+    try:
+        # A fresh topic's first seconds are slow (leaders, metadata): the rule must fire once the load runs.
+        state = wait_until(diagnosed, 30, "tiny_produce_requests on a linger.ms=0 producer of 20 B records")
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
+        admin.delete_topics([name])[name].result(timeout=30)
     (loadgen,) = state.signals["loadgen"].values()
     assert loadgen["record_size_bytes"] == 20.0 and loadgen["linger_seconds"] == 0.0
     assert loadgen["avg_request_bytes"] < 4096.0, loadgen
     assert loadgen["produce_requests_per_second"] > 1000.0, loadgen
     assert loadgen["cpu_cores"] > 0.0
-    assert "tiny_produce_requests" in {d.rule.id for d in state.diagnoses}
     # Stopped with SIGTERM, it still prints its total and removes its stats file.
     assert TOTAL.match(out.splitlines()[-1]), out + err
     assert list(tmp_path.glob("*.json")) == []
