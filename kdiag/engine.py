@@ -258,6 +258,12 @@ class Diagnosis:
     summary: str = ""
     evidence: dict[str, float | str] = field(default_factory=dict)
     ended: float | None = None
+    brokers: frozenset[str] | None = None  # from the subject's `on_brokers`; None: not tied to brokers
+
+    def explains(self, symptom: Diagnosis) -> bool:
+        """Whether this cause's rule lists the symptom's, and they share a broker when both are tied to brokers."""
+        return symptom.rule.id in self.rule.explains and (
+            self.brokers is None or symptom.brokers is None or bool(self.brokers & symptom.brokers))
 
     def to_json(self) -> dict[str, Any]:
         """The contract shape of one diagnosis in `kdiag diagnose --format json`."""
@@ -323,6 +329,7 @@ class Engine:
         d.summary = render(rule.summary, scope)
         d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
                       for var, name in rule.evidence if name in scope[var]}
+        d.brokers = frozenset(str(subject["on_brokers"]).split(",")) if "on_brokers" in subject else None
         holding[key] = d
 
     def _holds(self, rule: Rule, context: cel.Context) -> bool:

@@ -27,13 +27,22 @@ def node_id(broker: str) -> float | None:
     return float(broker) if broker.lstrip("-").isdigit() else None
 
 
+def on_brokers(ids: list[str] | set[str]) -> str | None:
+    """The `on_brokers` signal: the broker ids a subject concerns, so causes explain symptoms on the same broker."""
+    return ",".join(sorted(ids, key=lambda b: (len(b), b))) or None
+
+
 def live_brokers(history: History) -> list[str]:
     """Broker ids the AdminClient currently lists."""
     return sorted(k[0] for k in latest_by(history, "kdiag_kafka_broker_info", "broker_id"))
 
 
+ON_BROKERS = "broker ids this subject concerns, comma-separated"
+
+
 @subject("broker", {
     "broker_id": "the broker's node id",
+    "on_brokers": ON_BROKERS,
     "leaders": "partitions this broker leads",
     "leader_share": "this broker's share of all partition leaders (0-1)",
     "partitions": "partition replicas on this broker",
@@ -86,6 +95,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
         out[b] = put(
             {"name": f"broker {b}"},
             broker_id=node_id(b),
+            on_brokers=on_brokers([b]),
             leaders=leaders.get(b),
             leader_share=ratio(leaders.get(b), total_leaders),
             partitions=replicas.get(b),
@@ -135,6 +145,7 @@ def skew(per_broker: dict[str, float], brokers: int) -> tuple[float | None, str 
     "traffic_top_broker": "the broker whose partitions take most of the topic's messages",
     "partition_top_share": "share of the topic's messages going to its busiest partition (0-1)",
     "brokers": "live brokers in the cluster",
+    "on_brokers": "brokers leading the topic's partitions, comma-separated",
 })
 def topic_signals(history: History, window: float) -> dict[str, Signals]:
     """Health, flush settings and leader and traffic balance per topic."""
@@ -176,6 +187,7 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
             traffic_top_broker=traffic_top,
             partition_top_share=ratio(max(parts.values()), sum(parts.values())) if parts else None,
             brokers=float(brokers) if brokers else None,
+            on_brokers=on_brokers({b for b, n in topic_leaders.items() if n > 0}),
         )
     return out
 
@@ -233,6 +245,7 @@ def window_quantiles(history: History, name: str, window: float, q: float) -> di
 
 @subject("probe", {
     "broker_id": "the broker leading the probed partitions",
+    "on_brokers": ON_BROKERS,
     "produce_p99_seconds": "99th percentile produce-ack latency over the signal window",
     "end_to_end_p99_seconds": "99th percentile produce-to-consume latency over the signal window",
     "slo_seconds": "the configured latency objective",
@@ -256,6 +269,7 @@ def probe_signals(history: History, window: float) -> dict[str, Signals]:
         out[b] = put(
             {"name": f"broker {b}"},
             broker_id=node_id(b),
+            on_brokers=on_brokers([b]),
             produce_p99_seconds=produce.get(b),
             end_to_end_p99_seconds=e2e.get(b),
             slo_seconds=slo,

@@ -1,4 +1,4 @@
-"""The text form of a diagnosis: causes grouped under the symptoms they explain."""
+"""The text form of a diagnosis: causes grouped under the symptoms they explain (on the same broker)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def render_text(state: State) -> str:
     placed: set[int] = set()
     for s in symptoms:
         lines += ["", *_block(s, "")]
-        explaining = [c for c in causes if s.rule.id in c.rule.explains]
+        explaining = [c for c in causes if c.explains(s)]
         if explaining:
             lines.append("  explained by:")
             for c in explaining:

@@ -295,3 +295,16 @@ def test_signal_values_are_floats_or_strings():
     for subjects in signals(snaps).values():
         for sig in subjects.values():
             assert all(isinstance(v, float | str) and not isinstance(v, bool) for v in sig.values()), sig
+
+
+def test_topic_and_probe_subjects_name_the_brokers_they_concern():
+    snaps = merge(
+        {10: [sample("kdiag_kafka_topic_partitions", 3, GAUGE, topic="orders"),
+              sample("kdiag_kafka_topic_broker_leaders", 2, GAUGE, topic="orders", broker_id="10"),
+              sample("kdiag_kafka_topic_broker_leaders", 1, GAUGE, topic="orders", broker_id="2"),
+              sample("kdiag_kafka_topic_broker_leaders", 0, GAUGE, topic="orders", broker_id="3"),
+              sample("kdiag_probe_availability_ratio", 1, GAUGE, broker_id="3")]},
+    )
+    result = signals(snaps)
+    assert result["topic"]["orders"]["on_brokers"] == "2,10"  # leaders only, in node id order
+    assert result["probe"]["3"]["on_brokers"] == "3"

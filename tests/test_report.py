@@ -1,0 +1,48 @@
+"""The text report: causes nested under the symptoms they explain, matched per broker when both name brokers."""
+
+from __future__ import annotations
+
+from kdiag.config import Config
+from kdiag.daemon import load_rules
+from kdiag.engine import Engine
+from kdiag.pipeline import State
+from kdiag.report import render_text
+
+FSYNC_TOPIC = {"name": "orders", "flush_messages": 1.0, "flush_ms": 1e18, "messages_per_second": 500.0, "on_brokers": "1"}
+CLUSTER = {"name": "cluster", "log_flushes_per_second": 400.0}
+SLOW = {"produce_p99_seconds": 2.0, "end_to_end_p99_seconds": 2.1, "slo_seconds": 0.5}
+
+
+def report(signals: dict) -> str:
+    engine = Engine(load_rules(Config()))
+    for t in (0.0, 60.0):  # past every rule's `for`
+        diagnoses = engine.evaluate(t, signals)
+    return render_text(State("broker-1", 60.0, [], {}, signals, diagnoses))
+
+
+def section(text: str, head: str) -> str:
+    """The lines of one symptom's block, up to the next top-level block."""
+    start = text.index(head)
+    end = text.find("\n\n", start)
+    return text[start:end if end >= 0 else None]
+
+
+def test_a_topic_cause_explains_the_symptom_only_on_the_brokers_leading_the_topic():
+    text = report({"topic": {"orders": FSYNC_TOPIC}, "cluster": {"cluster": CLUSTER},
+                   "probe": {b: {"name": f"broker {b}", "on_brokers": b, **SLOW} for b in ("1", "2")}})
+    on_1 = section(text, "SYMPTOM probe_latency_high")
+    assert on_1.splitlines()[0].endswith("] broker 1")
+    assert "explained by:" in on_1 and "CAUSE forced_fsync" in on_1, text
+    on_2 = section(text[text.index(on_1) + len(on_1):], "SYMPTOM probe_latency_high")
+    assert on_2.splitlines()[0].endswith("] broker 2")
+    assert "forced_fsync" not in on_2 and "no known cause holds" in on_2, text
+    assert "\ncauses:" not in text  # the cause was placed under broker 1's symptom
+
+
+def test_a_host_cause_explains_the_symptom_on_every_broker():
+    swapping = {"name": "host", "swap_used_bytes": 2e9, "swap_in_pages_per_second": 500.0,
+                "swap_out_pages_per_second": 500.0}
+    text = report({"host": {"host": swapping},
+                   "probe": {b: {"name": f"broker {b}", "on_brokers": b, **SLOW} for b in ("1", "2")}})
+    assert text.count("SYMPTOM probe_latency_high") == 2
+    assert text.count("CAUSE swap_in_use") == 2, text
