@@ -1,10 +1,18 @@
-"""Real kdiag, Prometheus and Alertmanager processes on loopback ports, for the dashboard and alerting tests."""
+"""Real kdiag, Prometheus and Alertmanager processes on loopback ports, for the dashboard and alerting tests.
+
+CI starts one Prometheus and one Alertmanager before the tests (`python3 tests/promstack.py up DIR`, which
+prints the KDIAG_SERVICES setting); the tests then register their kdiag targets, rule files and Alertmanager
+config there and reload. Without KDIAG_SERVICES each test session starts its own processes.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +29,7 @@ from waiting import wait_until
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "tests" / "recordings"
 INSTALL = "apt-get install prometheus prometheus-alertmanager"
+SERVICES = "services.json"
 
 
 def binary(name: str) -> str:
@@ -47,13 +56,73 @@ def get_json(url: str, timeout: float = 5.0) -> Any:
         return json.loads(response.read())
 
 
+def post(url: str) -> None:
+    """POST with an empty body (the lifecycle /-/reload endpoints); raises on an error status."""
+    with urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=30):
+        pass
+
+
+def prometheus_config(jobs: dict[str, str], rule_files: list[str], alertmanager: str | None) -> dict:
+    """A Prometheus config scraping and evaluating every second: one job per {job name: target}."""
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": rule_files,
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]} for job, target in jobs.items()],
+    }
+    if alertmanager:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager.removeprefix("http://")]}]}]}
+    return config
+
+
+class Shared:
+    """The Prometheus and Alertmanager CI started (`up`): their URLs and the config files the tests rewrite."""
+
+    def __init__(self, directory: Path):
+        services = json.loads((directory / SERVICES).read_text())
+        self.prometheus, self.alertmanager = services["prometheus"], services["alertmanager"]
+        self.prometheus_config = directory / "prometheus.yml"
+        self.alertmanager_config = directory / "alertmanager.yml"
+
+    @classmethod
+    def from_env(cls) -> Shared | None:
+        """The services KDIAG_SERVICES names, None when it is unset."""
+        directory = os.environ.get("KDIAG_SERVICES")
+        return cls(Path(directory)) if directory else None
+
+    def _edit_prometheus(self, change) -> None:
+        config = yaml.safe_load(self.prometheus_config.read_text())
+        jobs = {c["job_name"]: c["static_configs"][0]["targets"][0] for c in config.get("scrape_configs") or []}
+        rule_files = config.get("rule_files") or []
+        alertmanager = bool(config.get("alerting"))
+        jobs, rule_files, alertmanager = change(jobs, rule_files, alertmanager)
+        self.prometheus_config.write_text(yaml.safe_dump(
+            prometheus_config(jobs, rule_files, self.alertmanager if alertmanager else None), sort_keys=False))
+        post(f"{self.prometheus}/-/reload")
+
+    def add_target(self, target: str, rule_files: list[Path], alertmanager: bool) -> None:
+        """Scrape target (its own job), evaluate rule_files too, and send alerts to the shared Alertmanager if asked."""
+        self._edit_prometheus(lambda jobs, files, am: (
+            {**jobs, f"kdiag-{target}": target}, sorted({*files, *map(str, rule_files)}), am or alertmanager))
+
+    def remove_target(self, target: str) -> None:
+        """Stop scraping target."""
+        self._edit_prometheus(lambda jobs, files, am: ({j: t for j, t in jobs.items() if t != target}, files, am))
+
+    def configure_alertmanager(self, config: dict) -> None:
+        """Replace the shared Alertmanager's configuration."""
+        self.alertmanager_config.write_text(yaml.safe_dump(config, sort_keys=False))
+        post(f"{self.alertmanager}/-/reload")
+
+
 class Stack:
-    """Processes started for a test session, each logging to a file, all stopped by close()."""
+    """Processes started for a test session, each logging to a file, all stopped by close(); shared services reused."""
 
     def __init__(self, workdir: Path):
         self.workdir = workdir
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
+        self.shared = Shared.from_env()
+        self.targets: list[str] = []
 
     def _start(self, name: str, argv: list[str]) -> None:
         log = self.workdir / f"{name}.log"
@@ -84,44 +153,62 @@ class Stack:
 
     def alertmanager(self, config: dict) -> str:
         """prometheus-alertmanager with this config, clustering off; returns its base URL."""
-        exe = binary("prometheus-alertmanager")
-        path = self.workdir / "alertmanager.yml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        url = f"http://127.0.0.1:{free_port()}"
-        self._start("alertmanager", [exe, f"--config.file={path}", f"--storage.path={self.workdir / 'am-data'}",
-                                     f"--web.listen-address={url.removeprefix('http://')}", "--cluster.listen-address="])
+        if self.shared:
+            self.shared.configure_alertmanager(config)
+            return self.shared.alertmanager
+        url = start_alertmanager(self.workdir, config, self._start)
         self._ready(f"{url}/-/ready", "Alertmanager /-/ready")
         return url
 
     def prometheus(self, target: str, rule_files: list[Path] = (), alertmanager: str | None = None) -> str:
         """Prometheus scraping target every second (and evaluating rule_files every second); returns its base URL."""
-        exe = binary("prometheus")
-        config: dict[str, Any] = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [{"job_name": "kdiag", "static_configs": [{"targets": [target]}]}],
-        }
-        if alertmanager:
-            config["alerting"] = {"alertmanagers": [{"static_configs": [
-                {"targets": [alertmanager.removeprefix("http://")]}]}]}
-        path = self.workdir / "prometheus.yml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        url = f"http://127.0.0.1:{free_port()}"
-        self._start("prometheus", [exe, f"--config.file={path}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-                                   f"--web.listen-address={url.removeprefix('http://')}"])
+        if self.shared:
+            self.shared.add_target(target, list(rule_files), alertmanager is not None)
+            self.targets.append(target)
+            return self.shared.prometheus
+        url = start_prometheus(self.workdir, prometheus_config({"kdiag": target}, [str(p) for p in rule_files],
+                                                               alertmanager), self._start)
         self._ready(f"{url}/-/ready", "Prometheus /-/ready")
         return url
 
     def close(self) -> None:
-        """Stop every process this stack started (TERM, then KILL after 10 s)."""
-        for p in reversed(self.procs):
-            p.terminate()
-        for p in reversed(self.procs):
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        """Stop every process this stack started (TERM, then KILL after 10 s) and unregister its shared targets."""
+        for target in self.targets:
+            self.shared.remove_target(target)
+        stop(self.procs)
+
+
+def start_alertmanager(workdir: Path, config: dict, start) -> str:
+    """Start prometheus-alertmanager on a free loopback port with config (reloadable), clustering off; its URL."""
+    path = workdir / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    url = f"http://127.0.0.1:{free_port()}"
+    start("alertmanager", [binary("prometheus-alertmanager"), f"--config.file={path}",
+                           f"--storage.path={workdir / 'am-data'}", f"--web.listen-address={url.removeprefix('http://')}",
+                           "--cluster.listen-address="])
+    return url
+
+
+def start_prometheus(workdir: Path, config: dict, start) -> str:
+    """Start prometheus on a free loopback port with config, reloadable through /-/reload; its URL."""
+    path = workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    url = f"http://127.0.0.1:{free_port()}"
+    start("prometheus", [binary("prometheus"), f"--config.file={path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+                         f"--web.listen-address={url.removeprefix('http://')}", "--web.enable-lifecycle"])
+    return url
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """TERM every process, then KILL those still running after 10 s."""
+    for p in reversed(procs):
+        p.terminate()
+    for p in reversed(procs):
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
 
 
 def query(prometheus: str, expr: str) -> list[dict]:
@@ -132,3 +219,54 @@ def query(prometheus: str, expr: str) -> list[dict]:
     except urllib.error.HTTPError as e:
         raise AssertionError(f"Prometheus rejected {expr!r}: {e.read().decode(errors='replace')}") from None
     return body["data"]["result"]
+
+
+def services_up(directory: Path) -> None:
+    """Start the shared Prometheus and Alertmanager in their own sessions; they outlive this command."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pids = []
+
+    def start(name: str, argv: list[str]) -> None:
+        with (directory / f"{name}.log").open("wb") as out:
+            pids.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=directory,
+                                         start_new_session=True).pid)
+
+    alertmanager = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+    urls = {"alertmanager": start_alertmanager(directory, alertmanager, start),
+            "prometheus": start_prometheus(directory, prometheus_config({}, [], None), start)}
+    (directory / SERVICES).write_text(json.dumps({**urls, "pids": pids}))
+    for name, url in urls.items():
+        wait_until(lambda url=url: urllib.request.urlopen(f"{url}/-/ready", timeout=2).status == 200, 60,
+                   f"{name} /-/ready", sorted(directory.glob("*.log")))
+        print(f"{name}: {url} (log {directory / (name + '.log')})", file=sys.stderr)
+    print(f"export KDIAG_SERVICES={directory}")
+
+
+def services_down(directory: Path) -> None:
+    """Stop what services_up started and wait (10 s at most) for them to exit."""
+    pids = json.loads((directory / SERVICES).read_text())["pids"]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+    def running(pid: int) -> bool:
+        try:  # an exited child of a container's init that nobody reaps stays a zombie: it counts as gone
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    def gone() -> bool:
+        return not any(map(running, pids))
+
+    wait_until(gone, 10, "Prometheus and Alertmanager to exit")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Start or stop the Prometheus and Alertmanager the tests share.")
+    parser.add_argument("action", choices=["up", "down"])
+    parser.add_argument("dir", type=Path, help="where their configs, data, logs and services.json live")
+    args = parser.parse_args()
+    if args.action == "up":
+        services_up(args.dir.resolve())
+    else:
+        services_down(args.dir.resolve())

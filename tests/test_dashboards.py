@@ -8,6 +8,7 @@ import re
 import subprocess
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -47,11 +48,18 @@ def targets() -> list[tuple[str, str, str]]:
     return out
 
 
-def concrete(expr: str) -> str:
+def concrete(expr: str, instance: str = ".+") -> str:
     """A panel query with Grafana's intervals and the dashboard variables (`=~"$var"` matchers) filled in."""
     for name, value in GRAFANA_INTERVALS.items():
         expr = expr.replace(name, value)
-    return VARIABLE.sub(".+", expr)
+    # An instance (host:port) is its own regex: its dots match themselves among loopback targets.
+    return VARIABLE.sub(lambda m: instance if m.group(1) == "instance" else ".+", expr)
+
+
+def exported(prometheus: str, instance: str) -> set[str]:
+    """Metric names Prometheus holds for one instance."""
+    match = urllib.parse.urlencode({"match[]": f'{{instance="{instance}"}}'})
+    return set(get_json(f"{prometheus}/api/v1/label/__name__/values?{match}")["data"])
 
 
 TARGETS = targets()
@@ -113,18 +121,19 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict:
         kdiag = stack.kdiag("small-packet-storm-retransmits")
         prometheus = stack.prometheus(kdiag)
         # Two kdiag snapshots (5 s apart) inside the rate windows, and a diagnosis of each kind with its evidence.
-        wait_until(lambda: query(prometheus, "count_over_time(kdiag_build_info[1m]) >= 8")
-                   and len(query(prometheus, "count by (kind) (kdiag_diagnosis_active)")) == 3
-                   and query(prometheus, "kdiag_diagnosis_evidence"), 60, "8 scrapes and diagnoses of each kind", stack.logs)
-        names = set(get_json(f"{prometheus}/api/v1/label/__name__/values")["data"])
-        yield {"prometheus": prometheus, "names": names, "instance": kdiag}
+        on = f'{{instance="{kdiag}"}}'
+        wait_until(lambda: query(prometheus, f"count_over_time(kdiag_build_info{on}[1m]) >= 8")
+                   and len(query(prometheus, f"count by (kind) (kdiag_diagnosis_active{on})")) == 3
+                   and query(prometheus, f"kdiag_diagnosis_evidence{on}"), 60, "8 scrapes and diagnoses of each kind",
+                   stack.logs)
+        yield {"prometheus": prometheus, "names": exported(prometheus, kdiag), "instance": kdiag}
     finally:
         stack.close()
 
 
 def test_instance_variable_finds_kdiag(scraped: dict) -> None:
     values = get_json(f"{scraped['prometheus']}/api/v1/label/instance/values?match[]=kdiag_build_info")["data"]
-    assert values == [scraped["instance"]]
+    assert scraped["instance"] in values
 
 
 HOST_TARGETS = [t for t in TARGETS if t[0] in STRICT]
@@ -135,7 +144,8 @@ KAFKA_TARGETS = [t for t in TARGETS if t[0] not in STRICT]
 def test_panel_query_returns_data(scraped: dict, uid: str, panel: str, expr: str) -> None:
     missing = sorted(set(METRIC.findall(expr)) - scraped["names"])
     assert not missing, f"{uid} / {panel}: the kdiag under test exports no {', '.join(missing)}"
-    assert query(scraped["prometheus"], concrete(expr)), f"{uid} / {panel}: no data for {concrete(expr)}"
+    on_kdiag = concrete(expr, scraped["instance"])
+    assert query(scraped["prometheus"], on_kdiag), f"{uid} / {panel}: no data for {on_kdiag}"
 
 
 # What each Kafka/Probe panel query must return from a live kdiag on the healthy 3-broker lab with a little
@@ -188,14 +198,14 @@ KAFKA_CHECKS = {
 PROBE_TOPIC = "kdiag-probe-dash"
 
 
-def unmet(prometheus: str, names: set[str], brokers: set[str], check: str, expr: str) -> str:
+def unmet(prometheus: str, instance: str, names: set[str], brokers: set[str], check: str, expr: str) -> str:
     """Why a panel query does not meet its check yet ("" when it does)."""
     missing = sorted(set(METRIC.findall(expr)) - names)
     if missing:
         return f"kdiag exports no {', '.join(missing)}"
     if check == "present":
         return ""
-    result = query(prometheus, concrete(expr))
+    result = query(prometheus, concrete(expr, instance))
     values = {r["metric"].get("broker_id"): float(r["value"][1]) for r in result}
     if check == "data" and not result:
         return "no data"
@@ -241,16 +251,15 @@ def kafka_scraped(kafka_lab: dict, tmp_path_factory: pytest.TempPathFactory) -> 
         prometheus = stack.prometheus(kdiag)
 
         def ready() -> bool:
-            names = set(get_json(f"{prometheus}/api/v1/label/__name__/values")["data"])
-            return all(not unmet(prometheus, names, brokers, KAFKA_CHECKS[uid, panel], expr)
+            names = exported(prometheus, kdiag)
+            return all(not unmet(prometheus, kdiag, names, brokers, KAFKA_CHECKS[uid, panel], expr)
                        for uid, panel, expr in KAFKA_TARGETS)
 
         # Bounded, and not failing here: past the deadline each test below names its own panel.
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not ready():
             time.sleep(1)
-        names = set(get_json(f"{prometheus}/api/v1/label/__name__/values")["data"])
-        yield {"prometheus": prometheus, "names": names, "instance": kdiag, "brokers": brokers}
+        yield {"prometheus": prometheus, "names": exported(prometheus, kdiag), "instance": kdiag, "brokers": brokers}
     finally:
         stop.set()
         traffic.join(15)
@@ -282,5 +291,6 @@ def test_variables_find_the_live_kdiag_and_brokers(kafka_scraped: dict) -> None:
 @pytest.mark.parametrize(("uid", "panel", "expr"), KAFKA_TARGETS, ids=[f"{u}:{p}" for u, p, _ in KAFKA_TARGETS])
 def test_kafka_panel_query_returns_data(kafka_scraped: dict, uid: str, panel: str, expr: str) -> None:
     check = KAFKA_CHECKS[uid, panel]
-    problem = unmet(kafka_scraped["prometheus"], kafka_scraped["names"], kafka_scraped["brokers"], check, expr)
-    assert not problem, f"{uid} / {panel} ({check}): {problem} for {concrete(expr)}"
+    instance = kafka_scraped["instance"]
+    problem = unmet(kafka_scraped["prometheus"], instance, kafka_scraped["names"], kafka_scraped["brokers"], check, expr)
+    assert not problem, f"{uid} / {panel} ({check}): {problem} for {concrete(expr, instance)}"
