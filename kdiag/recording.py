@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kdiag.pipeline import CollectorSet
-from kdiag.root import Root, SnapshotRoot, TeeRoot
+from kdiag.root import Root, SnapshotRoot, TeeRoot, recorded_time
 
 FORMAT = "kdiag-recording"
 VERSION = 1
@@ -88,6 +89,10 @@ class Recording:
         self.snapshots = sorted(p for p in directory.iterdir() if (p / "meta.json").is_file())
         if not self.snapshots:
             raise RecordingError(f"{self.path}: no snapshots (directories with meta.json)")
+        try:
+            self.times = [recorded_time(s / "meta.json") for s in self.snapshots]
+        except ValueError as e:
+            raise RecordingError(str(e)) from None
 
     def _extract(self) -> Path:
         self._tmp = tempfile.TemporaryDirectory(prefix="kdiag-rec-")
@@ -113,16 +118,15 @@ class Recording:
         """Seconds between snapshots, from the manifest or the snapshot times."""
         if "interval_s" in self.manifest:
             return float(self.manifest["interval_s"])
-        roots = [SnapshotRoot(s) for s in self.snapshots[:2]]
-        return roots[1].now() - roots[0].now() if len(roots) == 2 else 5.0
+        return self.times[1] - self.times[0] if len(self.times) >= 2 else 5.0
 
     def kafka_sources(self) -> set[str]:
         """The Kafka sources (admin, jmx, ...) any snapshot's kafka.json holds."""
         sources: set[str] = set()
         for snap in self.snapshots:
-            kafka = snap / "kafka.json"
-            if kafka.exists():
-                sources |= set(json.loads(kafka.read_text()).get("sources", {}))
+            # An unreadable kafka.json fails its Kafka collectors in that snapshot only (SnapshotRoot.kafka).
+            with contextlib.suppress(ValueError):
+                sources |= set(SnapshotRoot(snap).kafka_sources)
         return sources
 
     def roots(self, time_offset: float = 0.0) -> Iterator[SnapshotRoot]:

@@ -6,6 +6,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,23 +56,42 @@ class Root:
         return fetch()
 
 
+def recorded_time(meta_file: Path) -> float:
+    """The epoch seconds a snapshot's meta.json records; ValueError naming the file when it holds none."""
+    try:
+        return float(json.loads(meta_file.read_text())["time"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f'{meta_file}: expected {{"time": <epoch seconds>}} ({type(e).__name__}: {e})') from None
+
+
 class SnapshotRoot(Root):
     """One snapshot of a recording: its proc/ and sys/ trees, its recorded time (shifted) and kafka.json."""
 
     def __init__(self, directory: str | Path, time_offset: float = 0.0):
         directory = Path(directory)
-        meta = json.loads((directory / "meta.json").read_text())
-        super().__init__(directory / "proc", directory / "sys", clock=lambda: float(meta["time"]) + time_offset)
+        taken = recorded_time(directory / "meta.json") + time_offset
+        super().__init__(directory / "proc", directory / "sys", clock=lambda: taken)
         self.directory = directory
-        kafka_file = directory / "kafka.json"
-        self._kafka = json.loads(kafka_file.read_text()) if kafka_file.exists() else {}
+
+    @cached_property
+    def kafka_sources(self) -> dict[str, Any]:
+        """The Kafka sources' states in this snapshot's kafka.json ({} without one); ValueError when it is unreadable."""
+        path = self.directory / "kafka.json"
+        if not path.exists():
+            return {}
+        try:
+            sources = json.loads(path.read_text()).get("sources", {})
+        except (ValueError, AttributeError) as e:
+            raise ValueError(f"{path}: not a kdiag Kafka state ({type(e).__name__}: {e})") from None
+        if not isinstance(sources, dict):
+            raise ValueError(f'{path}: "sources" is not an object')
+        return sources
 
     def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
         """Recorded state of one Kafka source; KeyError when this snapshot has none."""
-        sources = self._kafka.get("sources", {})
-        if source not in sources:
+        if source not in self.kafka_sources:
             raise KeyError(f"{self.directory / 'kafka.json'} has no '{source}' state")
-        return sources[source]
+        return self.kafka_sources[source]
 
 
 # Target of an fd link whose name was listed but whose target was not read while recording.

@@ -307,3 +307,26 @@ def test_broker_open_fd_count_replays_when_its_links_were_not_followed(tmp_path)
     for root in Recording(out).roots():
         fds = {dict(s.labels)["pid"]: s.value for s in collector.collect(root) if s.name == "kdiag_process_open_fds"}
         assert fds["2000"] == expected
+
+
+@pytest.mark.parametrize("meta", ["", "{not json", '{"taken": 1}', '{"time": "noon"}', "[1]"])
+def test_unreadable_meta_json_is_a_recording_error_naming_it(tmp_path, from_fixture, meta):
+    d = tmp_path / "rec"
+    shutil.copytree(from_fixture, d, symlinks=True)
+    (d / "0001" / "meta.json").write_text(meta)
+    with pytest.raises(RecordingError, match=rf'{d / "0001" / "meta.json"}: expected {{"time": <epoch seconds>}}'):
+        Recording(d)
+
+
+def test_unreadable_kafka_json_fails_only_that_snapshots_kafka_collector(tmp_path, from_fixture):
+    d = tmp_path / "rec"
+    shutil.copytree(from_fixture, d, symlinks=True)
+    admin = json.loads((Path(__file__).parent / "fixtures" / "kafka" / "admin-state.json").read_text())
+    (d / "0000" / "kafka.json").write_text(json.dumps({"version": 1, "sources": {"admin": admin}}))
+    (d / "0001" / "kafka.json").write_text('{"version": 1, "sources": {"admin": ')  # cut short
+    recording = Recording(d)
+    assert recording.kafka_sources() == {"admin"}
+    state = replay(recording, Config())
+    assert not state.health["kafka_admin"].success
+    assert str(d / "0001" / "kafka.json") in state.health["kafka_admin"].error
+    assert state.health["stat"].success and state.signals["cpu"]
