@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.collectors.processes import TICKS_PER_SECOND, parse_stat
 from kdiag.lab import classpath, read_lab
+from kdiag.probe import ProbeConfig, ProbeService
 
 TUNED = ["acks=1", "batch.size=1048576", "linger.ms=20", "compression.type=lz4"]
 TOTAL = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
@@ -82,12 +83,8 @@ def broker_cpu(pid: int) -> float:
         return parse_stat(f.read()).cpu_ticks / TICKS_PER_SECOND
 
 
-def probe_cost(seconds: float, bootstrap: str, pid: int, admin: AdminClient) -> tuple[float, float] | None:
-    """Broker CPU seconds over `seconds` without, then with, the probe at its default rate."""
-    try:
-        from kdiag.probe import ProbeConfig, ProbeService
-    except ImportError:
-        return None
+def probe_cost(seconds: float, bootstrap: str, pid: int, admin: AdminClient) -> tuple[float, float, float]:
+    """Broker CPU seconds over `seconds` without, then with, the probe at its default rate; and the probe's own."""
     before = broker_cpu(pid)
     time.sleep(seconds)
     idle = broker_cpu(pid) - before
@@ -96,13 +93,13 @@ def probe_cost(seconds: float, bootstrap: str, pid: int, admin: AdminClient) -> 
     probe.start()
     try:
         time.sleep(10)  # topic creation and the consumer's group join are one-off costs, not the probe's rate
-        before = broker_cpu(pid)
+        before, own_before = broker_cpu(pid), time.process_time()
         time.sleep(seconds)
-        probed = broker_cpu(pid) - before
+        probed, own = broker_cpu(pid) - before, time.process_time() - own_before
     finally:
         probe.stop()
         admin.delete_topics([topic])[topic].result(timeout=30)
-    return idle, probed
+    return idle, probed, own
 
 
 def main() -> int:
@@ -130,15 +127,12 @@ def main() -> int:
           "acks=all; Java 4.x: linger.ms=5, batch.size=16384, acks=all, idempotence on)")
     if args.probe_seconds > 0:
         pid = next(iter(lab["pids"].values()))
-        cost = probe_cost(args.probe_seconds, bootstrap, pid, admin)
-        if cost is None:
-            print("\nprobe cost: kdiag/probe.py is not there yet: not measured")
-        else:
-            idle, probed = cost
-            per_minute = 60 / args.probe_seconds
-            print(f"\nbroker pid {pid} CPU over {args.probe_seconds:.0f} s: without probe {idle:.2f} s, with probe "
-                  f"{probed:.2f} s -> the probe costs {(probed - idle) * per_minute:.2f} CPU s/min "
-                  f"({(probed - idle) / args.probe_seconds:.1%} of one core); other lab users add noise")
+        idle, probed, own = probe_cost(args.probe_seconds, bootstrap, pid, admin)
+        per_minute = 60 / args.probe_seconds
+        print(f"\nbroker pid {pid} CPU over {args.probe_seconds:.0f} s: without probe {idle:.2f} s, with probe "
+              f"{probed:.2f} s -> the probe costs {(probed - idle) * per_minute:.2f} CPU s/min "
+              f"({(probed - idle) / args.probe_seconds:.1%} of one core); other lab users add noise")
+        print(f"the probe's own process: {own * per_minute:.2f} CPU s/min ({own / args.probe_seconds:.1%} of one core)")
     return 0
 
 
