@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -107,6 +110,26 @@ def test_forced_fsync_fires_on_the_topic_and_resolves_when_the_override_goes(clu
                    "forced_fsync resolved once flush.messages is removed")
         assert [d.subject for d in observer.state.resolved if d.rule.id == "forced_fsync"] == ["live-fsync"]
     admin.delete_topics(["live-fsync"])
+
+
+def test_a_recording_made_during_forced_fsync_names_it_offline(cluster, admin, tmp_path):
+    create_topic(admin, "rec-fsync", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"flush.messages": "1"})
+    recording = tmp_path / "fsync.tar.gz"
+    jmx = [arg for url in cluster["jmx"].values() for arg in ("--jmx", url)]
+    with keyed_load(cluster["bootstrap"], ["rec-fsync"]):
+        # 35 s: the first snapshot gives no rates, and the rule must hold for its 15 s after that.
+        recorded = subprocess.run([sys.executable, "-m", "kdiag", "record", "-o", str(recording), "--duration", "35s",
+                                   "--interval", "5s", "--bootstrap-servers", cluster["bootstrap"], *jmx],
+                                  capture_output=True, text=True, timeout=120)
+    admin.delete_topics(["rec-fsync"])
+    assert recorded.returncode == 0, recorded.stderr
+    diagnosed = subprocess.run([sys.executable, "-m", "kdiag", "diagnose", "--from", str(recording), "--format", "json"],
+                               capture_output=True, text=True, timeout=120)
+    assert diagnosed.returncode == 0, diagnosed.stderr
+    found = {(d["rule"], d["subject"]): d for d in json.loads(diagnosed.stdout)["diagnoses"]}
+    d = found.get(("forced_fsync", "rec-fsync"))
+    assert d and d["state"] == "firing", sorted(found)
+    assert d["evidence"]["flush_messages"] == 1.0 and d["evidence"]["cluster.log_flushes_per_second"] > 5.0
 
 
 def test_leaders_on_one_broker_is_partition_skew_and_a_balanced_topic_is_not(cluster, admin):
