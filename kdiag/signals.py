@@ -263,7 +263,9 @@ def nic_signals(history: History, window: float) -> dict[str, Signals]:
     "queue_depth": "average requests in flight (iostat's aqu-sz)",
     "flushes_per_second": "flush requests per second (kernels 5.5+)",
     "rotational": "1 for a spinning disk",
+    "scheduler": "the active I/O scheduler (/sys/block/DEV/queue/scheduler)",
     "holds_kafka_logs": "1 when a Kafka log dir lives on this device",
+    "log_fs_noatime": "1 when every filesystem holding a Kafka log dir on this device is mounted noatime, else 0",
 })
 def disk_signals(history: History, window: float) -> dict[str, Signals]:
     """iostat-style utilisation, throughput and latency per block device."""
@@ -277,9 +279,13 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
     weighted = rates_per(history, "kdiag_disk_io_time_weighted_seconds_total", window, "device")
     flushes = rates_per(history, "kdiag_disk_flush_requests_total", window, "device")
     rotational = latest_by(history, "kdiag_block_rotational", "device")
-    log_devices = {k[0] for k in latest_by(history, "kdiag_kafka_log_dir_info", "device")}
+    schedulers = latest_by(history, "kdiag_block_scheduler_info", "device", "scheduler")
+    log_dirs = latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint")
+    log_devices = {device for device, _ in log_dirs}
+    noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
     out = {}
     for dev in sorted(busy):
+        log_mounts = [noatime[m] for d, m in log_dirs if (d == dev or d.startswith(dev)) and m in noatime]
         out[dev] = put(
             {"name": dev},
             util=min(busy[dev], 1.0),
@@ -292,7 +298,9 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
             queue_depth=weighted.get(dev),
             flushes_per_second=flushes.get(dev),
             rotational=one(rotational, dev),
+            scheduler=next((sched for d, sched in schedulers if d == dev), None),
             holds_kafka_logs=float(any(d == dev or d.startswith(dev) for d in log_devices)) if log_devices else None,
+            log_fs_noatime=float(all(log_mounts)) if log_mounts else None,
         )
     return out
 

@@ -40,6 +40,13 @@ def test_healthy_recording_has_no_diagnosis(name: str, capsys: pytest.CaptureFix
     assert diagnose(RECORDINGS / name, capsys)["diagnoses"] == []
 
 
+def test_log_disk_lints_name_the_disk(capsys: pytest.CaptureFixture) -> None:
+    out = diagnose(RECORDINGS / "log-disk-misconfigured", capsys)
+    assert [(d["rule"], d["subject"], d["kind"]) for d in out["diagnoses"]] == [
+        ("log_disk_scheduler", "sdb", "lint"), ("log_fs_atime", "sdb", "lint")]
+    assert out["diagnoses"][0]["evidence"] == {"scheduler": "bfq", "rotational": 1.0}
+
+
 def test_foreign_io_scanner_evidence_names_the_process(capsys: pytest.CaptureFixture) -> None:
     d = diagnose(RECORDINGS / "foreign-io-scanner", capsys)["diagnoses"][0]
     assert d["evidence"]["cmdline"] == "python3 /opt/ops/dir_stats.py --every 15m"

@@ -174,6 +174,20 @@ def test_disk_holds_kafka_logs():
     assert disks["sda"]["holds_kafka_logs"] == 0.0
 
 
+def test_disk_scheduler_and_log_filesystem_atime():
+    snaps = merge(disk("sdb", {"io_time_seconds_total": 1.0}), disk("sdc", {"io_time_seconds_total": 1.0}))
+    snaps[10] += [sample("kdiag_kafka_log_dir_info", 1, GAUGE, path="/data/kafka-logs", device="sdb", mountpoint="/data"),
+                  sample("kdiag_kafka_log_dir_info", 1, GAUGE, path="/data2/kafka-logs", device="sdb", mountpoint="/data2"),
+                  sample("kdiag_filesystem_noatime", 1, GAUGE, device="/dev/sdb1", mountpoint="/data", fstype="xfs"),
+                  sample("kdiag_filesystem_noatime", 0, GAUGE, device="/dev/sdb2", mountpoint="/data2", fstype="ext4"),
+                  sample("kdiag_filesystem_noatime", 0, GAUGE, device="/dev/sdc1", mountpoint="/backup", fstype="ext4"),
+                  sample("kdiag_block_scheduler_info", 1, GAUGE, device="sdb", scheduler="bfq")]
+    disks = signals(snaps)["disk"]
+    assert disks["sdb"]["scheduler"] == "bfq"
+    assert disks["sdb"]["log_fs_noatime"] == 0.0  # one of its two log filesystems updates atime
+    assert "log_fs_noatime" not in disks["sdc"] and "scheduler" not in disks["sdc"]  # no log dir; scheduler unknown
+
+
 def test_disk_holds_kafka_logs_absent_when_log_dirs_unknown():
     sda = signals(disk("sda", {"io_time_seconds_total": 1.0}))["disk"]["sda"]
     assert "holds_kafka_logs" not in sda
