@@ -218,6 +218,21 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     )}
 
 
+@subject("group", {
+    "members": "members of the consumer group",
+    "idle_members": "members with no partition assigned (more consumers than partitions)",
+    "lag_messages": "messages between the committed offsets and the log ends, over every topic it consumes",
+})
+def group_signals(history: History, window: float) -> dict[str, Signals]:
+    """Members, idle members and lag per consumer group."""
+    members = latest_per(history, "kdiag_kafka_consumergroup_members", "group")
+    idle = latest_per(history, "kdiag_kafka_consumergroup_idle_members", "group")
+    lag: dict[str, float] = {}
+    for (group, _topic), v in latest_by(history, "kdiag_kafka_consumergroup_lag", "group", "topic").items():
+        lag[group] = lag.get(group, 0.0) + v
+    return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g)) for g, n in sorted(members.items())}
+
+
 def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
     """Prometheus-style quantile from cumulative bucket counts {upper bound: count}, None without data."""
     bounds = sorted(buckets)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from waiting import wait_until
 
@@ -145,6 +145,45 @@ def test_leaders_on_one_broker_is_partition_skew_and_a_balanced_topic_is_not(clu
         d = next(d for d in observer.state.diagnoses if d.rule.id == "partition_skew")
         assert d.evidence["leader_top_broker_share"] == 1.0 and d.evidence["leader_skew_ratio"] == 3.0
     admin.delete_topics(["live-skew", "live-balanced"])
+
+
+@contextmanager
+def polling_consumers(bootstrap: str, group: str, topic: str, count: int) -> Iterator[None]:
+    """`count` members of one group subscribed to topic, polled in a thread so they join and stay."""
+    consumers = [Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+                 for _ in range(count)]
+    for c in consumers:
+        c.subscribe([topic])
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            for c in consumers:
+                c.poll(0.1)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+        for c in consumers:
+            c.close()
+
+
+def test_consumers_beyond_the_partition_count_are_idle_members(cluster, admin):
+    create_topic(admin, "live-idle", [[1, 2, 3]])
+    group = "live-idle-group"
+    observer = Observer(cluster)
+    with polling_consumers(cluster["bootstrap"], group, "live-idle", 3):
+        # Members join one by one: wait for all three in the stable group.
+        wait_until(lambda: observer.diagnosed("consumer_members_idle", group)
+                   and observer.state.signals["group"][group]["members"] == 3.0, 60,
+                   "consumer_members_idle for 3 consumers of a one-partition topic")
+    assert observer.state.signals["group"][group]["idle_members"] == 2.0
+    admin.delete_topics(["live-idle"])
+    admin.delete_consumer_groups([group])
 
 
 def test_a_stopped_broker_degrades_only_its_sources_and_fires_under_replicated(cluster, admin):

@@ -63,6 +63,7 @@ HELP = {
     "kdiag_kafka_partition_log_end_offset_total": "Log end offset of the partition (only while partitions are few).",
     "kdiag_kafka_partition_leader": "Leader broker id of the partition, -1 when offline (only while partitions are few).",
     "kdiag_kafka_consumergroup_members": "Members of the consumer group.",
+    "kdiag_kafka_consumergroup_idle_members": "Members of the consumer group with no partition assigned.",
     "kdiag_kafka_consumergroup_lag": "Sum over partitions of log end offset minus committed offset.",
     "kdiag_kafka_consumergroup_lag_max": "Largest partition lag of the consumer group on the topic.",
 }
@@ -178,6 +179,9 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float) -> dict[str, d
         state = getattr(desc.state, "name", str(desc.state))
         tps = committed[g].topic_partitions if g in committed else []
         groups[g] = {"state": state, "members": len(desc.members), "lag": _lag(tps, ends)}
+        if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
+            # A member beyond the partition count gets an empty assignment and reads nothing.
+            groups[g]["idle_members"] = sum(1 for m in desc.members if not (m.assignment and m.assignment.topic_partitions))
     return groups
 
 
@@ -303,6 +307,8 @@ def _partition_samples(topic: str, t: dict[str, Any]) -> list[Sample]:
 def _group_samples(group: str, g: dict[str, Any]) -> list[Sample]:
     """Members, and total and largest partition lag per topic, of one consumer group."""
     out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group)]
+    if "idle_members" in g:  # only known while the group is stable
+        out.append(sample("kdiag_kafka_consumergroup_idle_members", g["idle_members"], GAUGE, group=group))
     for topic, lags in g["lag"].items():
         values = list(lags.values())
         out.append(sample("kdiag_kafka_consumergroup_lag", sum(values), GAUGE, group=group, topic=topic))
