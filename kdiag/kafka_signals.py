@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 from kdiag.history import History
-from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, subject, total
+from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
 
+LAG_GROWTH_SECONDS = 120.0
 PRODUCE_PHASES = ("total", "queue", "local", "remote", "response_queue", "response_send")
 BROKER_CONFIGS = {
     "log.flush.interval.messages": "log_flush_interval_messages",
@@ -222,15 +223,22 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     "members": "members of the consumer group",
     "idle_members": "members with no partition assigned (more consumers than partitions)",
     "lag_messages": "messages between the committed offsets and the log ends, over every topic it consumes",
+    "lag_growth_per_second": f"change of the lag per second over the last {LAG_GROWTH_SECONDS:.0f} s (> 0: falling behind)",
 })
 def group_signals(history: History, window: float) -> dict[str, Signals]:
-    """Members, idle members and lag per consumer group."""
+    """Members, idle members, lag and its growth per consumer group."""
     members = latest_per(history, "kdiag_kafka_consumergroup_members", "group")
     idle = latest_per(history, "kdiag_kafka_consumergroup_idle_members", "group")
     lag: dict[str, float] = {}
-    for (group, _topic), v in latest_by(history, "kdiag_kafka_consumergroup_lag", "group", "topic").items():
-        lag[group] = lag.get(group, 0.0) + v
-    return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g)) for g, n in sorted(members.items())}
+    growth: dict[str, float] = {}
+    for labels, points, _ in history.series("kdiag_kafka_consumergroup_lag"):
+        group = labels.get("group", "")
+        lag[group] = lag.get(group, 0.0) + points[-1][1]
+        # Over minutes, not the signal window: the AdminClient reports lag every kafka.interval only.
+        if (change := series_change(points, LAG_GROWTH_SECONDS)) and change[1] > 0:
+            growth[group] = growth.get(group, 0.0) + change[0] / change[1]
+    return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
+                   lag_growth_per_second=growth.get(g)) for g, n in sorted(members.items())}
 
 
 def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:

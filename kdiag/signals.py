@@ -7,6 +7,7 @@ schema is what rules may name, checked when rules load.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -128,13 +129,19 @@ def total(values: dict[tuple[str, ...], float]) -> float | None:
     return sum(values.values()) if values else None
 
 
+def series_change(points: deque[tuple[float, float]], seconds: float) -> tuple[float, float] | None:
+    """(latest value minus the oldest within the last `seconds`, seconds between them); None with one point."""
+    if len(points) < 2:
+        return None
+    start_t, start = next((t, v) for t, v in points if t >= points[-1][0] - seconds)
+    return points[-1][1] - start, points[-1][0] - start_t
+
+
 def change_over(history: History, name: str, seconds: float) -> float | None:
     """Latest value minus the oldest value within the last `seconds` of one unlabelled gauge."""
     for _, points, _ in history.series(name):
-        if len(points) < 2:
-            return None
-        start = next(v for t, v in points if t >= points[-1][0] - seconds)
-        return points[-1][1] - start
+        change = series_change(points, seconds)
+        return change[0] if change else None
     return None
 
 

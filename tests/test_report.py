@@ -15,9 +15,11 @@ SLOW = {"produce_p99_seconds": 2.0, "end_to_end_p99_seconds": 2.1, "slo_seconds"
 
 def report(signals: dict) -> str:
     engine = Engine(load_rules(Config()))
-    for t in (0.0, 60.0):  # past every rule's `for`
+    longest = max(r.for_seconds for r in engine.rules)
+    for t in (0.0, longest):  # every rule that holds is firing
         diagnoses = engine.evaluate(t, signals)
-    return render_text(State("broker-1", 60.0, [], {}, signals, diagnoses))
+    assert all(d.state == "firing" for d in diagnoses)
+    return render_text(State("broker-1", longest, [], {}, signals, diagnoses))
 
 
 def section(text: str, head: str) -> str:
@@ -46,3 +48,15 @@ def test_a_host_cause_explains_the_symptom_on_every_broker():
                    "probe": {b: {"name": f"broker {b}", "on_brokers": b, **SLOW} for b in ("1", "2")}})
     assert text.count("SYMPTOM probe_latency_high") == 2
     assert text.count("CAUSE swap_in_use") == 2, text
+
+
+def test_a_foreign_reader_of_the_log_dirs_explains_a_consumer_group_falling_behind():
+    scanner = {"name": "pid 3100 python3", "is_broker": 0.0, "touches_log_dir": 1.0, "read_bytes_per_second": 9e7,
+               "rchar_bytes_per_second": 1.4e8, "cmdline": "python3 /opt/ops/dir_stats.py"}
+    lagging = {"name": "orders-app", "members": 2.0, "idle_members": 0.0, "lag_messages": 250000.0,
+               "lag_growth_per_second": 800.0}
+    text = report({"host": {"host": {"name": "host", "page_cache_change_bytes": -4e10}},
+                   "proc": {"3100": scanner}, "group": {"orders-app": lagging}})
+    block = section(text, "SYMPTOM consumer_lag_growing")
+    assert "falls further behind by 800 messages/s" in block
+    assert "CAUSE foreign_io_scanner" in block, text

@@ -322,3 +322,20 @@ def test_topic_and_probe_subjects_name_the_brokers_they_concern():
     result = signals(snaps)
     assert result["topic"]["orders"]["on_brokers"] == "2,10"  # leaders only, in node id order
     assert result["probe"]["3"]["on_brokers"] == "3"
+
+
+def test_consumer_group_lag_and_its_growth_over_two_minutes():
+    snaps: dict[float, list[Sample]] = {}
+    for t in range(0, 181, 30):  # the AdminClient's interval; the first minute is outside the growth span
+        snaps[float(t)] = [
+            sample("kdiag_kafka_consumergroup_members", 2, GAUGE, group="orders-app"),
+            sample("kdiag_kafka_consumergroup_idle_members", 0, GAUGE, group="orders-app"),
+            sample("kdiag_kafka_consumergroup_lag", 5000 + 10 * t, GAUGE, group="orders-app", topic="orders"),
+            sample("kdiag_kafka_consumergroup_lag", 300 - t, GAUGE, group="orders-app", topic="refunds"),
+            sample("kdiag_kafka_consumergroup_members", 1, GAUGE, group="quiet")]
+    groups = signals(snaps)["group"]
+    g = groups["orders-app"]
+    assert g["members"] == 2.0 and g["idle_members"] == 0.0
+    assert g["lag_messages"] == (5000 + 1800) + (300 - 180)
+    assert g["lag_growth_per_second"] == pytest.approx(10.0 - 1.0)
+    assert groups["quiet"] == {"name": "quiet", "members": 1.0}  # no lag reported: nothing guessed
