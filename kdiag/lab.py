@@ -301,9 +301,13 @@ def _wait_ready(d: Path, info: dict, timeout: float) -> None:
     want = list(range(1, info["brokers"] + 1))
     last_print = 0.0
     seen: list[int] = []
+    missing: set[int] = set()
     while True:
         elapsed = time.monotonic() - t0
-        dead = [n for n, pid in _pids(d, info).items() if not pid]
+        # Dead only when missing twice, a second apart: CI once saw a starting node read as gone at once.
+        now_missing = {n for n, pid in _pids(d, info).items() if not pid}
+        dead = sorted(missing & now_missing)
+        missing = now_missing
         if dead:
             n = dead[0]
             node_dir = d / f"node-{n}"
