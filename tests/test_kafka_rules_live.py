@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -46,11 +46,21 @@ def create_topic(admin: AdminClient, name: str, assignment: list[list[int]], **c
 
 
 @contextmanager
-def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0) -> Iterator[None]:
-    """Keyed produce traffic to each topic at about `rate` messages/s until the block ends."""
+def in_background(loop: Callable[[threading.Event], None]) -> Iterator[None]:
+    """Run loop(stop) in a thread while the block runs; stop is set when it ends."""
     stop = threading.Event()
+    thread = threading.Thread(target=loop, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
 
-    def run() -> None:
+
+def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0):
+    """Keyed produce traffic to each topic at about `rate` messages/s until the block ends."""
+    def run(stop: threading.Event) -> None:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "1"})
         n = 0
         while not stop.is_set():
@@ -62,13 +72,7 @@ def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0) -> Itera
             time.sleep(0.05)
         producer.flush(10)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(30)
+    return in_background(run)
 
 
 class Observer:
@@ -154,20 +158,16 @@ def polling_consumers(bootstrap: str, group: str, topic: str, count: int) -> Ite
                  for _ in range(count)]
     for c in consumers:
         c.subscribe([topic])
-    stop = threading.Event()
 
-    def run() -> None:
+    def run(stop: threading.Event) -> None:
         while not stop.is_set():
             for c in consumers:
                 c.poll(0.1)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
     try:
-        yield
+        with in_background(run):
+            yield
     finally:
-        stop.set()
-        thread.join(30)
         for c in consumers:
             c.close()
 
