@@ -171,6 +171,21 @@ def map_java_props(props: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     return out, warnings
 
 
+def warn(message: str) -> None:
+    """A kdiag bench warning on stderr."""
+    print(f"kdiag bench: {message}", file=sys.stderr, flush=True)
+
+
+def client_conf(config_file: str | None, props: list[str] | None) -> dict[str, Any]:
+    """librdkafka properties from a Java --*.config file and --*-props k=v pairs (which win), warning of dropped ones."""
+    java = parse_properties_file(Path(config_file).read_text()) if config_file else {}
+    java.update(parse_props(props or []))
+    conf, warnings = map_java_props(java)
+    for w in warnings:
+        warn(w)
+    return conf
+
+
 def make_client(cls: Callable[[dict], Any], conf: dict[str, Any], warn: Callable[[str], None]) -> Any:
     """A confluent-kafka client; properties librdkafka does not know are warned about and dropped."""
     from confluent_kafka import KafkaException
@@ -349,7 +364,7 @@ class ProduceJob:
     settings: dict[str, Any]
 
 
-def produce(job: ProduceJob, report: Callable[[Delta], None], warn: Callable[[str], None]) -> dict[str, float]:
+def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float]:
     """Produce job.records records, reporting deltas every 0.2 s; returns the last librdkafka metrics."""
     from confluent_kafka import Producer
 
@@ -465,7 +480,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None], warn: Callable[[st
 def _worker(job: ProduceJob, conn: multiprocessing.connection.Connection) -> None:
     """A forked worker: produce, sending each delta and finally its metrics to the parent."""
     try:
-        metrics = produce(job, conn.send, lambda m: print(f"kdiag bench: {m}", file=sys.stderr, flush=True))
+        metrics = produce(job, conn.send)
         conn.send(("done", metrics))
     finally:
         conn.close()
@@ -521,9 +536,6 @@ def cmd_produce(args: argparse.Namespace) -> int:
     """kafka-producer-perf-test."""
     # SIGTERM ends a run like Ctrl-C: report what was acknowledged and remove the stats file.
     signal.signal(signal.SIGTERM, _interrupt)
-    def warn(message: str) -> None:
-        print(f"kdiag bench: {message}", file=sys.stderr, flush=True)
-
     if (args.record_size is None) == (args.payload_file is None):
         warn("give exactly one of --record-size or --payload-file")
         return 2
@@ -531,19 +543,15 @@ def cmd_produce(args: argparse.Namespace) -> int:
         warn("--transactional-id is not supported (transactions are not benchmarked)")
         return 2
     try:
-        props = parse_properties_file(Path(args.producer_config).read_text()) if args.producer_config else {}
-        props.update(parse_props(args.producer_props or []))
+        conf = client_conf(args.producer_config, args.producer_props)
     except (OSError, ValueError) as e:
         warn(str(e))
         return 2
     if args.bootstrap_server:
-        props["bootstrap.servers"] = args.bootstrap_server
-    if "bootstrap.servers" not in props:
+        conf["bootstrap.servers"] = args.bootstrap_server
+    if "bootstrap.servers" not in conf:
         warn("give --bootstrap-server or bootstrap.servers in --producer-props/--producer.config")
         return 2
-    conf, warnings = map_java_props(props)
-    for w in warnings:
-        warn(w)
     conf.setdefault("client.id", "perf-producer-client")
     payloads: list[bytes] = []
     payload = None
@@ -564,7 +572,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                        stats_dir, settings) for i in range(n)]
     out = sys.stderr if args.json else sys.stdout
     stats = Stats(args.reporting_interval / 1000, lambda line: print(line, file=out, flush=True))
-    metrics = produce(jobs[0], stats.add, warn) if n == 1 else run_workers(jobs, stats)
+    metrics = produce(jobs[0], stats.add) if n == 1 else run_workers(jobs, stats)
     summary = stats.summary()
     print(stats.final_line(summary), file=out, flush=True)
     if args.print_metrics:
@@ -594,20 +602,13 @@ def cmd_consume(args: argparse.Namespace) -> int:
     """kafka-consumer-perf-test."""
     from confluent_kafka import Consumer
 
-    def warn(message: str) -> None:
-        print(f"kdiag bench: {message}", file=sys.stderr, flush=True)
-
     if args.threads:
         warn("--threads is ignored (one consumer, as in Kafka's ConsumerPerformance)")
     try:
-        props = parse_properties_file(Path(args.consumer_config).read_text()) if args.consumer_config else {}
-        props.update(parse_props(args.consumer_props or []))
+        conf = client_conf(args.consumer_config, args.consumer_props)
     except (OSError, ValueError) as e:
         warn(str(e))
         return 2
-    conf, warnings = map_java_props(props)
-    for w in warnings:
-        warn(w)
     last_stats: dict[str, Any] = {}
     conf.update({
         "bootstrap.servers": args.bootstrap_server,

@@ -446,23 +446,26 @@ def _locked(d: Path):
         yield
 
 
+def _lab_with_node(d: Path, n: int) -> dict:
+    """lab.json of the lab in d; LabError when it has no node n."""
+    info = _load(d)
+    if not info or not 1 <= n <= info["brokers"]:
+        raise LabError(f"no node {n} in the lab at {d}")
+    return info
+
+
 def stop_node(n: int, dir=None, timeout: float = 30) -> None:
     """Stop node n of the lab in DIR (a controlled shutdown when the others keep the quorum)."""
     d = lab_dir(dir)
     with _locked(d):
-        info = _load(d)
-        if not info or not 1 <= n <= info["brokers"]:
-            raise LabError(f"no node {n} in the lab at {d}")
-        _stop(d, info, timeout, nodes=[n])
+        _stop(d, _lab_with_node(d, n), timeout, nodes=[n])
 
 
 def start_node(n: int, dir=None, timeout: float = 180) -> dict:
     """Start node n of the lab in DIR unless it runs, wait until every broker answers; return lab.json."""
     d = lab_dir(dir)
     with _locked(d):
-        info = _load(d)
-        if not info or not 1 <= n <= info["brokers"]:
-            raise LabError(f"no node {n} in the lab at {d}")
+        info = _lab_with_node(d, n)
         if not _pids(d, info)[n]:
             info["pids"][str(n)] = _start(d, n, info["nodes"][str(n)]["jmx_port"])
             (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")

@@ -286,13 +286,13 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
     weighted = rates_per(history, "kdiag_disk_io_time_weighted_seconds_total", window, "device")
     flushes = rates_per(history, "kdiag_disk_flush_requests_total", window, "device")
     rotational = latest_by(history, "kdiag_block_rotational", "device")
-    schedulers = latest_by(history, "kdiag_block_scheduler_info", "device", "scheduler")
+    schedulers = {dev: sched for dev, sched in latest_by(history, "kdiag_block_scheduler_info", "device", "scheduler")}
     log_dirs = latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint")
-    log_devices = {device for device, _ in log_dirs}
     noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
     out = {}
     for dev in sorted(busy):
-        log_mounts = [noatime[m] for d, m in log_dirs if (d == dev or d.startswith(dev)) and m in noatime]
+        log_mounts = [m for d, m in log_dirs if d == dev or d.startswith(dev)]
+        log_noatime = [noatime[m] for m in log_mounts if m in noatime]
         out[dev] = put(
             {"name": dev},
             util=min(busy[dev], 1.0),
@@ -305,9 +305,9 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
             queue_depth=weighted.get(dev),
             flushes_per_second=flushes.get(dev),
             rotational=one(rotational, dev),
-            scheduler=next((sched for d, sched in schedulers if d == dev), None),
-            holds_kafka_logs=float(any(d == dev or d.startswith(dev) for d in log_devices)) if log_devices else None,
-            log_fs_noatime=float(all(log_mounts)) if log_mounts else None,
+            scheduler=schedulers.get(dev),
+            holds_kafka_logs=float(bool(log_mounts)) if log_dirs else None,
+            log_fs_noatime=float(all(log_noatime)) if log_noatime else None,
         )
     return out
 

@@ -89,24 +89,27 @@ class Shared:
         directory = os.environ.get("KDIAG_SERVICES")
         return cls(Path(directory)) if directory else None
 
-    def _edit_prometheus(self, change) -> None:
+    def _read_prometheus(self) -> tuple[dict[str, str], list[str], bool]:
+        """The shared config's {job: target}, rule files, and whether it sends alerts to the shared Alertmanager."""
         config = yaml.safe_load(self.prometheus_config.read_text())
         jobs = {c["job_name"]: c["static_configs"][0]["targets"][0] for c in config.get("scrape_configs") or []}
-        rule_files = config.get("rule_files") or []
-        alertmanager = bool(config.get("alerting"))
-        jobs, rule_files, alertmanager = change(jobs, rule_files, alertmanager)
+        return jobs, config.get("rule_files") or [], bool(config.get("alerting"))
+
+    def _write_prometheus(self, jobs: dict[str, str], rule_files: list[str], alerting: bool) -> None:
         self.prometheus_config.write_text(yaml.safe_dump(
-            prometheus_config(jobs, rule_files, self.alertmanager if alertmanager else None), sort_keys=False))
+            prometheus_config(jobs, rule_files, self.alertmanager if alerting else None), sort_keys=False))
         post(f"{self.prometheus}/-/reload")
 
     def add_target(self, target: str, rule_files: list[Path], alertmanager: bool) -> None:
         """Scrape target (its own job), evaluate rule_files too, and send alerts to the shared Alertmanager if asked."""
-        self._edit_prometheus(lambda jobs, files, am: (
-            {**jobs, f"kdiag-{target}": target}, sorted({*files, *map(str, rule_files)}), am or alertmanager))
+        jobs, files, alerting = self._read_prometheus()
+        self._write_prometheus({**jobs, f"kdiag-{target}": target}, sorted({*files, *map(str, rule_files)}),
+                               alerting or alertmanager)
 
     def remove_target(self, target: str) -> None:
         """Stop scraping target."""
-        self._edit_prometheus(lambda jobs, files, am: ({j: t for j, t in jobs.items() if t != target}, files, am))
+        jobs, files, alerting = self._read_prometheus()
+        self._write_prometheus({j: t for j, t in jobs.items() if t != target}, files, alerting)
 
     def configure_alertmanager(self, config: dict) -> None:
         """Replace the shared Alertmanager's configuration."""

@@ -122,11 +122,12 @@ def test_stale_and_foreign_stats_files_are_skipped(tmp_path: Path) -> None:
 # ---- live, against the lab ---------------------------------------------------------------------------------------
 
 @pytest.fixture
-def topic(kafka_lab: dict):
-    """A fresh one-partition bench-* topic, deleted afterwards."""
+def topic(kafka_lab: dict, request: pytest.FixtureRequest):
+    """A fresh bench-* topic, deleted afterwards: one partition, or one per broker when parametrized "per-broker"."""
     name = f"bench-test-{uuid.uuid4().hex[:8]}"
+    partitions = kafka_lab["brokers"] if getattr(request, "param", None) == "per-broker" else 1
     admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(timeout=30)
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=30)
     yield name
     admin.delete_topics([name])[name].result(timeout=30)
 
@@ -165,12 +166,10 @@ def test_produce_prints_perf_test_lines_and_consume_reads_them_back(kafka_lab: d
 
 
 @pytest.mark.kafka
-def test_tiny_records_without_linger_show_as_tiny_produce_requests(kafka_lab: dict, tmp_path: Path) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
-    name = f"bench-test-{uuid.uuid4().hex[:8]}"
-    # A partition on every broker: the request rate is not capped by one leader on a busy machine.
-    admin.create_topics([NewTopic(name, kafka_lab["brokers"], 1)])[name].result(timeout=30)
-    proc = kdiag("bench", "produce", "--topic", name, "--num-records", "100000000", "--record-size", "20",
+# A partition on every broker: the request rate is not capped by one leader on a busy machine.
+@pytest.mark.parametrize("topic", ["per-broker"], indirect=True)
+def test_tiny_records_without_linger_show_as_tiny_produce_requests(kafka_lab: dict, topic: str, tmp_path: Path) -> None:
+    proc = kdiag("bench", "produce", "--topic", topic, "--num-records", "100000000", "--record-size", "20",
                  "--throughput", "-1", "--bootstrap-server", kafka_lab["bootstrap"], "--producer-props", "linger.ms=0",
                  # librdkafka batches on its own while the broker is slow (other tests load it): cap the batches.
                  "batch.size=256", "acks=1", "--stats-dir", str(tmp_path))
@@ -187,7 +186,6 @@ def test_tiny_records_without_linger_show_as_tiny_produce_requests(kafka_lab: di
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
-        admin.delete_topics([name])[name].result(timeout=30)
     (loadgen,) = state.signals["loadgen"].values()
     assert loadgen["record_size_bytes"] == 20.0 and loadgen["linger_seconds"] == 0.0
     assert loadgen["avg_request_bytes"] < 4096.0, loadgen
