@@ -116,6 +116,37 @@ def test_forced_fsync_fires_on_the_topic_and_resolves_when_the_override_goes(clu
     admin.delete_topics(["live-fsync"])
 
 
+def set_cluster_default(bootstrap: str, name: str, value: str | None) -> None:
+    """Set (or with None delete) a cluster-wide dynamic broker default with kafka-configs, as the remediation says."""
+    change = ["--add-config", f"{name}={value}"] if value is not None else ["--delete-config", name]
+    # librdkafka's Python API refuses the default broker resource (an empty name): use Kafka's own tool.
+    subprocess.run(["java", "-cp", lab.classpath(), "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
+                    "--entity-type", "brokers", "--entity-default", *change], check=True, capture_output=True, timeout=120)
+
+
+def test_flush_forced_for_the_brokers_is_forced_fsync_broker_and_not_the_topics(cluster, admin):
+    # Seed 000 section 6.2: a script set log.flush.interval.messages for the brokers; topics inherit it and have
+    # no override to delete, so only the broker rule may fire, naming where the value is set.
+    create_topic(admin, "live-fsync-inherited", [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    observer = Observer(cluster)
+    try:
+        set_cluster_default(cluster["bootstrap"], "log.flush.interval.messages", "1")
+        with keyed_load(cluster["bootstrap"], ["live-fsync-inherited"]):
+            wait_until(lambda: observer.diagnosed("forced_fsync_broker", "broker 1"), 120,
+                       "forced_fsync_broker firing for broker 1")
+            d = next(d for d in observer.state.diagnoses if d.rule.id == "forced_fsync_broker" and d.subject == "broker 1")
+            assert "cluster-wide dynamic default" in d.summary and d.evidence["log_flush_interval_messages"] == 1.0
+            topic = observer.state.signals["topic"]["live-fsync-inherited"]
+            assert topic["flush_messages"] == 1.0 and topic["flush_messages_override"] == 0.0
+            assert "forced_fsync" not in observer.rules_for("live-fsync-inherited")
+        set_cluster_default(cluster["bootstrap"], "log.flush.interval.messages", None)
+        wait_until(lambda: not observer.diagnosed("forced_fsync_broker", "broker 1", state=None), 90,
+                   "forced_fsync_broker resolved once the cluster default is deleted")
+    finally:
+        set_cluster_default(cluster["bootstrap"], "log.flush.interval.messages", None)
+        admin.delete_topics(["live-fsync-inherited"])
+
+
 def test_a_recording_made_during_forced_fsync_names_it_offline(cluster, admin, tmp_path):
     create_topic(admin, "rec-fsync", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"flush.messages": "1"})
     jmx = [arg for url in cluster["jmx"].values() for arg in ("--jmx", url)]
