@@ -157,6 +157,9 @@ def change_over(history: History, name: str, seconds: float) -> float | None:
     "swap_total_bytes": "configured swap",
     "swap_used_bytes": "swap in use",
     "swappiness": "vm.swappiness",
+    "dirty_ratio": "vm.dirty_ratio: % of memory dirty before writers are throttled to write back themselves",
+    "dirty_background_ratio": "vm.dirty_background_ratio: % of memory dirty before background write-back starts",
+    "broker_processes": "Kafka broker processes running on this host",
     "page_cache_bytes": "page cache (Cached)",
     "page_cache_change_bytes": "change of the page cache over the last 5 minutes",
     "memory_available_bytes": "MemAvailable",
@@ -174,6 +177,7 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
     swap_total = total(latest_by(history, "kdiag_memory_SwapTotal_bytes"))
     swap_free = total(latest_by(history, "kdiag_memory_SwapFree_bytes"))
     out_segs = total(rates_by(history, "kdiag_netstat_Tcp_OutSegs_total", window))
+    sysctl = latest_by(history, "kdiag_sysctl", "name")
     s: Signals = {"name": "host"}
     put(
         s,
@@ -187,7 +191,10 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
         swap_out_pages_per_second=total(rates_by(history, "kdiag_vmstat_pswpout_total", window)),
         swap_total_bytes=swap_total,
         swap_used_bytes=None if swap_total is None or swap_free is None else swap_total - swap_free,
-        swappiness=one(latest_by(history, "kdiag_sysctl", "name"), "vm.swappiness"),
+        swappiness=one(sysctl, "vm.swappiness"),
+        dirty_ratio=one(sysctl, "vm.dirty_ratio"),
+        dirty_background_ratio=one(sysctl, "vm.dirty_background_ratio"),
+        broker_processes=total(latest_by(history, "kdiag_process_is_broker", "pid")),
         page_cache_bytes=total(latest_by(history, "kdiag_memory_Cached_bytes")),
         page_cache_change_bytes=change_over(history, "kdiag_memory_Cached_bytes", 300.0),
         memory_available_bytes=total(latest_by(history, "kdiag_memory_MemAvailable_bytes")),
