@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
 
 from kdiag.history import History
 from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
 
 LAG_GROWTH_SECONDS = 120.0
+CHURN_SECONDS = 300.0
 PRODUCE_PHASES = ("total", "queue", "local", "remote", "response_queue", "response_send")
 BROKER_CONFIGS = {
     "log.flush.interval.messages": "log_flush_interval_messages",
@@ -223,6 +226,9 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     "offline_partitions": "partitions without a leader over all topics",
     "log_flush_scheduler_interval_ms": "the smallest log.flush.scheduler.interval.ms of the brokers (flush.ms is only "
                                        "enforced when it is set)",
+    "expected_brokers": "brokers seen in the last 15 minutes of history",
+    "missing_brokers": "brokers seen in the last 15 minutes that the cluster no longer lists (down or fenced)",
+    "missing_broker_ids": "ids of the missing brokers, comma-separated",
 })
 def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     """Cluster-wide totals, for rules about one topic or broker to compare against."""
@@ -231,9 +237,14 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     if not brokers and not controller:
         return {}
 
+    seen = {labels.get("broker_id", "") for labels, _ in history.recent_series("kdiag_kafka_broker_info")}
+    missing = seen - set(brokers)
     return {"cluster": put(
         {"name": "cluster"},
         brokers=float(len(brokers)),
+        expected_brokers=float(len(seen)),
+        missing_brokers=float(len(missing)),
+        missing_broker_ids=on_brokers(missing) or "",
         controller_id=total(controller),
         log_flushes_per_second=total(rates_by(history, "kdiag_kafka_log_flushes_total", window)),
         bytes_in_per_second=total(rates_by(history, "kdiag_kafka_bytes_in_total", window)),
@@ -250,6 +261,8 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     "idle_members": "members with no partition assigned (more consumers than partitions)",
     "lag_messages": "messages between the committed offsets and the log ends, over every topic it consumes",
     "lag_growth_per_second": f"change of the lag per second over the last {LAG_GROWTH_SECONDS:.0f} s (> 0: falling behind)",
+    "membership_changes_per_minute": f"changes of member count or Stable state per minute over the last {CHURN_SECONDS:.0f} s",
+    "stable": "1 while the group is Stable",
 })
 def group_signals(history: History, window: float) -> dict[str, Signals]:
     """Members, idle members, lag and its growth per consumer group."""
@@ -263,8 +276,25 @@ def group_signals(history: History, window: float) -> dict[str, Signals]:
         # Over minutes, not the signal window: the AdminClient reports lag every kafka.interval only.
         if (change := series_change(points, LAG_GROWTH_SECONDS)) and change[1] > 0:
             growth[group] = growth.get(group, 0.0) + change[0] / change[1]
+    stable = latest_per(history, "kdiag_kafka_consumergroup_stable", "group")
+    churn: dict[str, list[float]] = {}
+    for name in ("kdiag_kafka_consumergroup_members", "kdiag_kafka_consumergroup_stable"):
+        for labels, points, _ in history.series(name):
+            if (changes := changes_per_minute(points, CHURN_SECONDS)) is not None:
+                churn.setdefault(labels.get("group", ""), []).append(changes)
     return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
-                   lag_growth_per_second=growth.get(g)) for g, n in sorted(members.items())}
+                   lag_growth_per_second=growth.get(g), stable=stable.get(g),
+                   membership_changes_per_minute=sum(churn[g]) if g in churn else None)
+            for g, n in sorted(members.items())}
+
+
+def changes_per_minute(points: deque[tuple[float, float]], seconds: float) -> float | None:
+    """How often a gauge changed value per minute over the last `seconds`; None before a minute of points."""
+    recent = [(t, v) for t, v in points if t >= points[-1][0] - seconds]
+    span = recent[-1][0] - recent[0][0]
+    if span < 60.0:
+        return None
+    return sum(1 for (_, a), (_, b) in itertools.pairwise(recent) if a != b) / (span / 60.0)
 
 
 def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:

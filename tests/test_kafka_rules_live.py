@@ -224,7 +224,8 @@ def test_consumers_beyond_the_partition_count_are_idle_members(cluster, admin):
 
 
 def test_a_stopped_broker_degrades_only_its_sources_and_fires_under_replicated(cluster, admin):
-    create_topic(admin, "live-replicated", [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
+    # min.insync.replicas=3: with one broker stopped, acks=all writes fail (seed 002 section 3.2).
+    create_topic(admin, "live-replicated", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"min.insync.replicas": "3"})
     observer = Observer(cluster)
     observer.step()
     try:
@@ -237,9 +238,60 @@ def test_a_stopped_broker_degrades_only_its_sources_and_fires_under_replicated(c
         wait_until(lambda: observer.diagnosed("under_replicated_partitions", "live-replicated")
                    and jmx_up() == [0.0, 1.0, 1.0], 120,
                    "under_replicated_partitions firing and broker 3's JMX endpoint down")
+        wait_until(lambda: observer.diagnosed("broker_down", "cluster") and observer.diagnosed("under_min_isr", "live-replicated"),
+                   120, "broker_down naming broker 3 and under_min_isr firing")
+        down = next(d for d in observer.state.diagnoses if d.rule.id == "broker_down")
+        assert down.evidence["missing_broker_ids"] == "3" and "broker 3 left the cluster" in down.summary
         health = observer.state.health
         # Two JMX endpoints and the AdminClient still answer: the collectors themselves stay up.
         assert health["kafka_admin"].success and health["kafka_jmx"].success
     finally:
         lab.start_node(3, cluster["dir"])
+    wait_until(lambda: not observer.diagnosed("broker_down", "cluster", state=None), 120, "broker_down resolved")
     admin.delete_topics(["live-replicated"])
+
+
+def test_a_single_replica_and_an_unsatisfiable_min_isr_are_named_and_a_sound_topic_is_not(cluster, admin):
+    create_topic(admin, "live-rf1", [[1], [2], [3]])
+    create_topic(admin, "live-minisr", [[1, 2], [2, 3], [3, 1]], **{"min.insync.replicas": "2"})
+    create_topic(admin, "live-sound", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"min.insync.replicas": "2"})
+    observer = Observer(cluster)
+    with keyed_load(cluster["bootstrap"], ["live-rf1", "live-minisr", "live-sound"], rate=300.0):
+        wait_until(lambda: observer.diagnosed("replication_factor_one", "live-rf1")
+                   and observer.diagnosed("min_isr_unsatisfiable", "live-minisr"), 120,
+                   "replication_factor_one on live-rf1 and min_isr_unsatisfiable on live-minisr")
+        assert not observer.rules_for("live-sound") & {"replication_factor_one", "min_isr_unsatisfiable"}
+        assert "min_isr_unsatisfiable" not in observer.rules_for("live-rf1")
+    admin.delete_topics(["live-rf1", "live-minisr", "live-sound"])
+
+
+def test_a_consumer_overrunning_max_poll_interval_makes_its_group_rebalance(cluster, admin):
+    # Seed 002 section 4.2: a member slower than max.poll.interval.ms between polls is thrown out and rejoins.
+    create_topic(admin, "live-rebalance", [[1, 2, 3], [2, 3, 1]])
+    group = "live-rebalance-group"
+    conf = {"bootstrap.servers": cluster["bootstrap"], "group.id": group, "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 6000}
+    steady, slow = Consumer(conf), Consumer(conf)
+    for c in steady, slow:
+        c.subscribe(["live-rebalance"])
+
+    def run(stop: threading.Event) -> None:
+        last_slow_poll = 0.0
+        while not stop.is_set():
+            steady.poll(0.2)
+            if time.monotonic() - last_slow_poll > 9.0:  # past max.poll.interval.ms: out of the group, then back
+                slow.poll(0.2)
+                last_slow_poll = time.monotonic()
+
+    observer = Observer(cluster)
+    try:
+        with in_background(run):
+            wait_until(lambda: observer.diagnosed("consumer_rebalancing", group), 400,
+                       "consumer_rebalancing firing for the group with a member overrunning max.poll.interval.ms")
+            d = next(d for d in observer.state.diagnoses if d.rule.id == "consumer_rebalancing")
+            assert d.evidence["membership_changes_per_minute"] > 2.0
+    finally:
+        for c in steady, slow:
+            c.close()
+    admin.delete_topics(["live-rebalance"])
+    admin.delete_consumer_groups([group])

@@ -70,6 +70,7 @@ HELP = {
     "kdiag_kafka_partition_leader": "Leader broker id of the partition, -1 when offline (only while partitions are few).",
     "kdiag_kafka_consumergroup_members": "Members of the consumer group.",
     "kdiag_kafka_consumergroup_idle_members": "Members of the consumer group with no partition assigned.",
+    "kdiag_kafka_consumergroup_stable": "1 while the consumer group is Stable, 0 while it rebalances or is empty or dead.",
     "kdiag_kafka_consumergroup_lag": "Sum over partitions of log end offset minus committed offset.",
     "kdiag_kafka_consumergroup_lag_max": "Largest partition lag of the consumer group on the topic.",
 }
@@ -325,7 +326,8 @@ def _partition_samples(topic: str, t: dict[str, Any]) -> list[Sample]:
 
 def _group_samples(group: str, g: dict[str, Any]) -> list[Sample]:
     """Members, and total and largest partition lag per topic, of one consumer group."""
-    out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group)]
+    out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group),
+           sample("kdiag_kafka_consumergroup_stable", int(g["state"] == "STABLE"), GAUGE, group=group)]
     if "idle_members" in g:  # only known while the group is stable
         out.append(sample("kdiag_kafka_consumergroup_idle_members", g["idle_members"], GAUGE, group=group))
     for topic, lags in g["lag"].items():

@@ -1,0 +1,75 @@
+"""Kafka rules the lab cannot produce on demand, on synthetic sample streams: each fires, and a look-alike does not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kdiag.engine import Diagnosis, Engine, default_rules_dir, load_catalog
+from kdiag.history import History
+from kdiag.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.signals import compute_signals
+
+STEP = 5.0
+
+
+def brokers_listed(ids: list[int]) -> list[Sample]:
+    """What the AdminClient collector says about the live brokers."""
+    return [sample("kdiag_kafka_broker_info", 1, GAUGE, broker_id=b, host="127.0.0.1", port=9092, rack="") for b in ids] + [
+        sample("kdiag_kafka_controller_id", ids[0])]
+
+
+def run(snapshot: Callable[[float], list[Sample]], seconds: float) -> list[Diagnosis]:
+    """Feed one snapshot every STEP seconds through the shipped catalog; the diagnoses at the end."""
+    history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]))
+    diagnoses: list[Diagnosis] = []
+    for i in range(int(seconds / STEP) + 1):
+        t = 1764430000.0 + i * STEP
+        history.add(t, snapshot(t - 1764430000.0))
+        diagnoses = engine.evaluate(t, compute_signals(history, 30.0))
+    return diagnoses
+
+
+def fired(diagnoses: list[Diagnosis]) -> list[tuple[str, str, str]]:
+    return sorted((d.rule.id, d.subject, d.state) for d in diagnoses)
+
+
+def test_a_broker_gone_for_good_is_broker_down():
+    out = run(lambda t: brokers_listed([1, 2, 3] if t < 60 else [1, 2]), 120)
+    assert fired(out) == [("broker_down", "cluster", "firing")]
+    assert out[0].evidence["missing_broker_ids"] == "3" and out[0].evidence["expected_brokers"] == 3.0
+
+
+def test_a_broker_restarted_within_seconds_is_not():
+    assert fired(run(lambda t: brokers_listed([1, 2, 3] if not 60 <= t < 70 else [1, 2]), 120)) == []
+
+
+def gc_seconds(share: float) -> Callable[[float], list[Sample]]:
+    """Broker 1 spending `share` of its time in GC."""
+    return lambda t: [*brokers_listed([1]), sample("kdiag_jvm_gc_collection_seconds_total", 100 + share * t, COUNTER, broker_id=1)]
+
+
+def test_a_broker_collecting_garbage_a_quarter_of_the_time_is_broker_gc_pressure():
+    out = run(gc_seconds(0.25), 120)
+    assert fired(out) == [("broker_gc_pressure", "broker 1", "firing")]
+    assert abs(out[0].evidence["gc_seconds_per_second"] - 0.25) < 0.01
+
+
+def test_a_healthy_gc_share_is_quiet():
+    # Seed 002: 20-40 ms of GC a minute is healthy; here 1% of the time.
+    assert fired(run(gc_seconds(0.01), 120)) == []
+
+
+def group(members: Callable[[float], int]) -> Callable[[float], list[Sample]]:
+    """One consumer group whose member count follows members(t); Stable whenever it has two."""
+    return lambda t: [*brokers_listed([1]), sample("kdiag_kafka_consumergroup_members", members(t), GAUGE, group="g"),
+                      sample("kdiag_kafka_consumergroup_stable", int(members(t) == 2), GAUGE, group="g")]
+
+
+def test_a_member_leaving_and_rejoining_every_20_seconds_is_consumer_rebalancing():
+    out = run(group(lambda t: 1 if int(t // 10) % 2 else 2), 300)
+    assert fired(out) == [("consumer_rebalancing", "g", "firing")]
+
+
+def test_one_rolling_restart_of_the_consumers_is_not():
+    # Two members restarted one after the other: four changes, once.
+    assert fired(run(group(lambda t: 1 if 100 <= t < 110 or 130 <= t < 140 else 2), 300)) == []
