@@ -132,6 +132,17 @@ def read_lab(dir: str | os.PathLike | None = None) -> dict | None:
     return info
 
 
+def lab_config(dir: str | os.PathLike | None = None) -> Path:
+    """Return DIR/kdiag.yaml, writing it first for a lab started before `lab up` wrote one."""
+    d = lab_dir(dir)
+    info = _load(d)
+    if info is None:
+        raise LabError(f"no lab in {d}: run `kdiag lab up`")
+    if not (d / "kdiag.yaml").exists():
+        lab_security.write_kdiag_yaml(d, info)
+    return d / "kdiag.yaml"
+
+
 def _need(tool: str) -> None:
     if not shutil.which(tool):
         raise LabError(INSTALL_HINTS[tool], 2)

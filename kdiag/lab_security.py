@@ -222,5 +222,6 @@ def kdiag_config(d: Path, info: dict) -> dict:
 
 def write_kdiag_yaml(d: Path, info: dict) -> None:
     """Write DIR/kdiag.yaml (secrets stay in DIR/secrets; the file only names them)."""
-    header = f"# Written by `kdiag lab up` ({info.get('security', 'none')} lab): kdiag run --config {d / 'kdiag.yaml'}\n"
+    header = (f"# Written by `kdiag lab up` (security: {info.get('security', 'none')}); "
+              f"kdiag run --config {d / 'kdiag.yaml'}\n")
     (d / "kdiag.yaml").write_text(header + yaml.safe_dump(kdiag_config(d, info), sort_keys=False))

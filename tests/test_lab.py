@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kdiag import lab
+from kdiag.config import load_config
 
 pytestmark = [
     pytest.mark.kafka,
@@ -83,6 +84,8 @@ def test_three_broker_lab_and_down_leaves_nothing(tmp_path):
         assert broker_ids(info["bootstrap"]) == [1, 2, 3]
         pids = [int(p) for p in info["pids"].values()]
         assert len(pids) == 3
+        config = load_config(lab.lab_config(d))  # `kdiag run --config DIR/kdiag.yaml` works on a plain lab too
+        assert (config.kafka.bootstrap_servers, config.kafka.jmx) == (info["bootstrap"], list(info["jmx"].values()))
     finally:
         rc, _ = run("down", "--dir", d, "--purge")
     assert rc == 0
