@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kdiag import lab
+from kdiag import lab, lab_cli
 from kdiag.config import load_config
 
 pytestmark = [
@@ -23,7 +23,7 @@ pytestmark = [
 def run(*argv: str) -> tuple[int, str]:
     """Run `kdiag lab ARGV` in-process and return its exit code and stdout."""
     parser = argparse.ArgumentParser(prog="kdiag")
-    lab.add_parser(parser.add_subparsers(dest="command", required=True))
+    lab_cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["lab", *argv])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -15,6 +15,7 @@ from conftest import lab_client_conf
 from test_lab import kafka_running, run
 
 from kdiag import lab
+from kdiag.lab_jars import jars_ok
 
 pytestmark = [
     pytest.mark.kafka,
@@ -37,7 +38,7 @@ def lab_dir(tmp_path_factory):
     """A 1-broker sasl_ssl lab at BASE in a tmp dir, purged afterwards; jars shared with the default lab's."""
     d = tmp_path_factory.mktemp("seclab")
     default_libs = lab.lab_dir() / "libs"
-    if lab._jars_ok(default_libs, lab.KAFKA_VERSION):
+    if jars_ok(default_libs, lab.KAFKA_VERSION):
         (d / "libs").symlink_to(default_libs)
     up(d, "sasl_ssl")
     yield d
