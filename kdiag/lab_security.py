@@ -8,7 +8,9 @@ JMX asks for a password (user "kdiag", read-only), over TLS in ssl and sasl_ssl.
 DIR/secrets (0700, every file 0600) holds: kdiag.password (SASL), broker.password, ca.crt/ca.key and the
 broker certificate (broker.pem: key + chain, Kafka's PEM keystore; broker.p12 for JMX's TLS), the JMX files
 (jmx.password for the client, jmxremote.password/.access and management.properties for the JVM) and
-truststore.p12 (the CA, for JMX clients). Passwords reach Java through files, never argv.
+truststore.p12 (the CA, for JMX clients), and format-N.args (the StorageTool's java argfile with the SCRAM
+users). Passwords reach Java through files, never argv; only node-N/server.properties (0600) repeats one,
+the broker's own SCRAM password in its JAAS line.
 """
 
 from __future__ import annotations
