@@ -165,9 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     alerts.add_parser(rules_sub)
 
-    from kdiag import lab
+    from kdiag import lab_cli
 
-    lab.add_parser(sub)
+    lab_cli.add_parser(sub)
     from kdiag import bench
 
     bench.add_parser(sub)
