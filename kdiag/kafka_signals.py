@@ -18,12 +18,15 @@ BROKER_CONFIGS = {
     "log.flush.scheduler.interval.ms": "log_flush_scheduler_interval_ms",
     "num.io.threads": "num_io_threads",
     "num.network.threads": "num_network_threads",
+    "socket.send.buffer.bytes": "socket_send_buffer_bytes",
+    "socket.receive.buffer.bytes": "socket_receive_buffer_bytes",
 }
 TOPIC_CONFIGS = {
     "flush.messages": "flush_messages",
     "flush.ms": "flush_ms",
     "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election",
+    "segment.bytes": "segment_bytes",
 }
 
 

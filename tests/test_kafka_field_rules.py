@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from kdiag.engine import Diagnosis, Engine, default_rules_dir, load_catalog
 from kdiag.history import History
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
@@ -73,3 +75,56 @@ def test_a_member_leaving_and_rejoining_every_20_seconds_is_consumer_rebalancing
 def test_one_rolling_restart_of_the_consumers_is_not():
     # Two members restarted one after the other: four changes, once.
     assert fired(run(group(lambda t: 1 if 100 <= t < 110 or 130 <= t < 140 else 2), 300)) == []
+
+
+def broker_host(cpus: int = 32, wmem_max: int = 212992, rx_queues: int = 8, memory: int = 64 << 30, broker_here: bool = True,
+                **configs: float) -> Callable[[float], list[Sample]]:
+    """A host running broker 1 (or not) with the given kernel and NIC, and broker 1's configs (dots as underscores)."""
+    leaders = configs.pop("leaders", 100)
+
+    def snapshot(t: float) -> list[Sample]:
+        out = [*brokers_listed([1]), sample("kdiag_process_is_broker", int(broker_here), GAUGE, pid=2000, comm="java"),
+               sample("kdiag_sysctl", wmem_max, GAUGE, name="net.core.wmem_max"),
+               sample("kdiag_sysctl", wmem_max, GAUGE, name="net.core.rmem_max"),
+               sample("kdiag_memory_MemTotal_bytes", memory),
+               sample("kdiag_network_queues", rx_queues, GAUGE, device="eth0", direction="rx"),
+               sample("kdiag_kafka_broker_leaders", leaders, GAUGE, broker_id=1)]
+        out += [sample("kdiag_cpu_seconds_total", t * 0.5, COUNTER, cpu=c, mode=m) for c in range(cpus) for m in ("user", "idle")]
+        defaults = {"num.io.threads": 16, "num.network.threads": 9, "socket.send.buffer.bytes": 102400,
+                    "socket.receive.buffer.bytes": 102400}
+        for name, value in {**defaults, **{k.replace("_", "."): v for k, v in configs.items()}}.items():
+            out.append(sample("kdiag_kafka_broker_config", value, GAUGE, broker_id=1, name=name))
+        return out
+    return snapshot
+
+
+LINTS = [
+    # (rule, host that fires it, look-alike that does not)
+    ("socket_buffer_capped", broker_host(socket_send_buffer_bytes=1048576),
+     broker_host(socket_send_buffer_bytes=1048576, wmem_max=2097152)),
+    ("socket_buffer_capped", broker_host(socket_send_buffer_bytes=1048576),
+     broker_host(socket_send_buffer_bytes=1048576, broker_here=False)),
+    ("io_threads_low", broker_host(num_io_threads=8), broker_host(num_io_threads=16)),
+    ("network_threads_low", broker_host(num_network_threads=3), broker_host(num_network_threads=9)),
+    ("partitions_per_broker_high", broker_host(leaders=300), broker_host(leaders=200)),
+]
+
+
+@pytest.mark.parametrize(("rule", "firing", "quiet"), LINTS, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(LINTS)])
+def test_broker_config_lints_against_this_host(rule: str, firing, quiet) -> None:
+    assert fired(run(firing, 30)) == [(rule, "broker 1", "firing")]
+    assert fired(run(quiet, 30)) == []
+
+
+def topic(segment_bytes: float, messages_per_second: float) -> Callable[[float], list[Sample]]:
+    """Topic t with the given segment.bytes and produce rate."""
+    return lambda t: [*brokers_listed([1]), sample("kdiag_kafka_topic_partitions", 3, GAUGE, topic="t"),
+                      sample("kdiag_kafka_topic_replication_factor", 3, GAUGE, topic="t"),
+                      sample("kdiag_kafka_topic_config", segment_bytes, GAUGE, topic="t", name="segment.bytes"),
+                      sample("kdiag_kafka_topic_log_end_offset_total", 1e6 + messages_per_second * t, COUNTER, topic="t")]
+
+
+def test_small_segments_on_a_busy_topic_are_segment_bytes_small():
+    assert fired(run(topic(64 << 20, 5000), 30)) == [("segment_bytes_small", "t", "firing")]
+    assert fired(run(topic(1 << 30, 5000), 30)) == []
+    assert fired(run(topic(64 << 20, 10), 30)) == []
