@@ -80,6 +80,8 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
     "isr_shrinks_per_second": "ISR shrinks per second",
     "gc_seconds_per_second": "JVM garbage collection seconds per second",
     **{name: f"broker config {key}" for key, name in BROKER_CONFIGS.items()},
+    "messages_per_produce_request": "messages produced per produce request (1 means no batching at all)",
+    "busiest_topics": "the topics led here taking the most messages, with their messages/s",
     "log_flush_set_in": "where log.flush.interval.messages/ms are set: cluster-wide dynamic default, broker dynamic config "
                         "or server.properties",
 })
@@ -109,6 +111,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
         place = FLUSH_CONFIG_PLACES.get(source, source).format(b=b)
         if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
             flush_places[b].append(place)
+    topics_led = topic_rates_by_leader(history, window)
     total_leaders = sum(leaders.values())
     total_bytes_in = sum(bytes_in.values())
     ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle)
@@ -127,6 +130,9 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             produce_requests_per_second=produce_requests.get(b),
             fetch_requests_per_second=fetch_requests.get(b),
             avg_produce_request_bytes=ratio(bytes_in.get(b), produce_requests.get(b)),
+            messages_per_produce_request=ratio(messages_in.get(b), produce_requests.get(b)),
+            busiest_topics=", ".join(f"{t} ({r:.0f} msg/s)" for t, r in sorted(
+                topics_led.get(b, {}).items(), key=lambda kv: -kv[1])[:3] if r > 0) or None,
             log_flushes_per_second=flushes.get(b),
             log_flush_seconds_mean=flush_time.get((b, "mean")),
             log_flush_seconds_p99=flush_time.get((b, "0.99")),
@@ -141,6 +147,18 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             **{name: configs.get((b, key)) for key, name in BROKER_CONFIGS.items()},
             log_flush_set_in=" and ".join(sorted(flush_places.get(b, []))) or None,
         )
+    return out
+
+
+def topic_rates_by_leader(history: History, window: float) -> dict[str, dict[str, float]]:
+    """Messages per second of each topic's partitions, summed per leading broker: {broker: {topic: rate}}."""
+    leader = latest_by(history, "kdiag_kafka_partition_leader", "topic", "partition")
+    out: dict[str, dict[str, float]] = {}
+    for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
+                                          "topic", "partition").items():
+        if (b := leader.get((topic, partition))) is not None:
+            per = out.setdefault(str(int(b)), {})
+            per[topic] = per.get(topic, 0.0) + r
     return out
 
 
@@ -184,16 +202,14 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     for (topic, broker), n in latest_by(history, "kdiag_kafka_topic_broker_leaders", "topic", "broker_id").items():
         leaders.setdefault(topic, {})[broker] = n
     messages = rates_per(history, "kdiag_kafka_topic_log_end_offset_total", window, "topic")
-    partition_leader = latest_by(history, "kdiag_kafka_partition_leader", "topic", "partition")
     by_partition: dict[str, dict[str, float]] = {}
-    by_leader: dict[str, dict[str, float]] = {}
     for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
                                           "topic", "partition").items():
         by_partition.setdefault(topic, {})[partition] = r
-        leader = partition_leader.get((topic, partition))
-        if leader is not None:
-            per = by_leader.setdefault(topic, {})
-            per[str(int(leader))] = per.get(str(int(leader)), 0.0) + r
+    by_leader: dict[str, dict[str, float]] = {}
+    for b, per_topic in topic_rates_by_leader(history, window).items():
+        for topic, r in per_topic.items():
+            by_leader.setdefault(topic, {})[b] = r
     out = {}
     for topic, partitions in gauges["partitions"].items():
         topic_leaders = leaders.get(topic, {})

@@ -295,3 +295,39 @@ def test_a_consumer_overrunning_max_poll_interval_makes_its_group_rebalance(clus
             c.close()
     admin.delete_topics(["live-rebalance"])
     admin.delete_consumer_groups([group])
+
+
+def record_by_record(bootstrap: str, topic: str, linger_ms: int) -> Callable[[threading.Event], None]:
+    """A plain client (not kdiag bench) writing 20-byte records as fast as it can."""
+    def run(stop: threading.Event) -> None:
+        # batch.num.messages=1 with linger.ms=0: every record its own produce request, as a send().get() loop makes.
+        batching = {"linger.ms": linger_ms} if linger_ms else {"linger.ms": 0, "batch.num.messages": 1}
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "client.id": "unbatched-app", **batching})
+        while not stop.is_set():
+            for _ in range(200):
+                try:
+                    producer.produce(topic, b"x" * 20)
+                except BufferError:
+                    break
+            producer.poll(0.001)
+        producer.flush(10)
+    return run
+
+
+def test_records_sent_one_by_one_by_a_plain_client_are_unbatched_producers(cluster, admin):
+    create_topic(admin, "live-unbatched", [[1, 2, 3]])
+    observer = Observer(cluster)
+    with in_background(record_by_record(cluster["bootstrap"], "live-unbatched", linger_ms=0)):
+        wait_until(lambda: observer.diagnosed("unbatched_producers", "broker 1"), 180,
+                   "unbatched_producers firing on broker 1, the leader of live-unbatched")
+        d = next(d for d in observer.state.diagnoses if d.rule.id == "unbatched_producers")
+        assert d.evidence["messages_per_produce_request"] < 2.0 and "live-unbatched" in d.evidence["busiest_topics"]
+    # The same client batching (linger.ms=20) is not named, whatever its rate.
+    observer = Observer(cluster)
+    with in_background(record_by_record(cluster["bootstrap"], "live-unbatched", linger_ms=20)):
+        wait_until(lambda: (b := observer.step().signals["broker"].get("1", {})).get("messages_in_per_second", 0) > 1000
+                   and b.get("messages_per_produce_request", 0) > 10, 180, "batched traffic on broker 1")
+        for _ in range(5):
+            observer.step()
+            assert "unbatched_producers" not in {d.rule.id for d in observer.state.diagnoses}
+    admin.delete_topics(["live-unbatched"])
