@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections import deque
 
 from kdiag.history import History
@@ -81,6 +82,9 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
     "gc_seconds_per_second": "JVM garbage collection seconds per second",
     **{name: f"broker config {key}" for key, name in BROKER_CONFIGS.items()},
     "messages_per_produce_request": "messages produced per produce request (1 means no batching at all)",
+    "slowness_vs_peers": "this broker's produce local time and log flush time p99 over the median of the other brokers' "
+                         "(the larger of the two ratios)",
+    "slowness_vs_history": "the same two p99s over their own median in the history (the larger ratio)",
     "busiest_topics": "the topics led here taking the most messages, with their messages/s",
     "log_flush_set_in": "where log.flush.interval.messages/ms are set: cluster-wide dynamic default, broker dynamic config "
                         "or server.properties",
@@ -112,6 +116,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
         if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
             flush_places[b].append(place)
     topics_led = topic_rates_by_leader(history, window)
+    slowness = slowness_ratios(history)
     total_leaders = sum(leaders.values())
     total_bytes_in = sum(bytes_in.values())
     ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle)
@@ -131,6 +136,8 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             fetch_requests_per_second=fetch_requests.get(b),
             avg_produce_request_bytes=ratio(bytes_in.get(b), produce_requests.get(b)),
             messages_per_produce_request=ratio(messages_in.get(b), produce_requests.get(b)),
+            slowness_vs_peers=slowness.get(b, (None, None))[0],
+            slowness_vs_history=slowness.get(b, (None, None))[1],
             busiest_topics=", ".join(f"{t} ({r:.0f} msg/s)" for t, r in sorted(
                 topics_led.get(b, {}).items(), key=lambda kv: -kv[1])[:3] if r > 0) or None,
             log_flushes_per_second=flushes.get(b),
@@ -148,6 +155,30 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             log_flush_set_in=" and ".join(sorted(flush_places.get(b, []))) or None,
         )
     return out
+
+
+SLOWNESS_METRICS = (("kdiag_kafka_request_time_seconds", {"request": "Produce", "phase": "local", "quantile": "0.99"}),
+                    ("kdiag_kafka_log_flush_seconds", {"quantile": "0.99"}))
+
+
+def slowness_ratios(history: History) -> dict[str, tuple[float | None, float | None]]:
+    """Per broker, (worst p99 over the other brokers' median, worst p99 over its own median in the history)."""
+    worst: dict[str, list[float | None]] = {}
+    for name, want in SLOWNESS_METRICS:
+        now: dict[str, float] = {}
+        past: dict[str, float] = {}
+        for labels, points, _ in history.series(name):
+            if all(labels.get(k) == v for k, v in want.items()):
+                b = labels["broker_id"]
+                now[b], past[b] = points[-1][1], statistics.median(v for _, v in points)
+        for b, value in now.items():
+            peers = [v for other, v in now.items() if other != b]
+            ratios = worst.setdefault(b, [None, None])
+            for i, base in enumerate((statistics.median(peers) if peers else None, past[b])):
+                r = ratio(value, base)
+                if r is not None and (ratios[i] is None or r > ratios[i]):
+                    ratios[i] = r
+    return {b: (r[0], r[1]) for b, r in worst.items()}
 
 
 def topic_rates_by_leader(history: History, window: float) -> dict[str, dict[str, float]]:

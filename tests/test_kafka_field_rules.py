@@ -128,3 +128,27 @@ def test_small_segments_on_a_busy_topic_are_segment_bytes_small():
     assert fired(run(topic(64 << 20, 5000), 30)) == [("segment_bytes_small", "t", "firing")]
     assert fired(run(topic(1 << 30, 5000), 30)) == []
     assert fired(run(topic(64 << 20, 10), 30)) == []
+
+
+def brokers_writing(slow_after: float, bytes_per_second: float = 10e6, all_slow: bool = False) -> Callable[[float], list[Sample]]:
+    """Three brokers writing at 5 ms produce local p99; broker 2 (or all) at 60 ms from slow_after on."""
+    def snapshot(t: float) -> list[Sample]:
+        out = brokers_listed([1, 2, 3])
+        for b in (1, 2, 3):
+            slow = t >= slow_after and (all_slow or b == 2)
+            out += [sample("kdiag_kafka_bytes_in_total", 1e9 + bytes_per_second * t, COUNTER, broker_id=b),
+                    sample("kdiag_kafka_request_time_seconds", 0.06 if slow else 0.005, GAUGE, broker_id=b,
+                           request="Produce", phase="local", quantile="0.99")]
+        return out
+    return snapshot
+
+
+def test_a_busy_broker_turning_much_slower_than_its_peers_is_broker_slow_vs_peers():
+    out = run(brokers_writing(slow_after=600), 720)
+    assert fired(out) == [("broker_slow_vs_peers", "broker 2", "firing")]
+    assert out[0].evidence["slowness_vs_peers"] == 12.0
+
+
+def test_a_slow_idle_broker_or_all_brokers_slowing_together_is_not():
+    assert fired(run(brokers_writing(slow_after=600, bytes_per_second=1e5), 720)) == []
+    assert fired(run(brokers_writing(slow_after=600, all_slow=True), 720)) == []
