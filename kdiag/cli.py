@@ -186,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     except CatalogError as e:
         print(f"kdiag: the rule catalog has {len(e.errors)} error(s):\n{e}", file=sys.stderr)
         return 1
-    except (ConfigError, RecordingError) as e:
+    except RecordingError as e:
+        print(f"kdiag: {e}", file=sys.stderr)
+        return e.exit_code
+    except ConfigError as e:
         print(f"kdiag: {e}", file=sys.stderr)
         return 2
