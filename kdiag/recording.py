@@ -56,37 +56,76 @@ def _is_snapshot(path: Path) -> bool:
 
 def record(out: Path, duration: float, interval: float, collectors: CollectorSet, live: Root,
            progress: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> Path:
-    """Take a snapshot every `interval` seconds for `duration` seconds into out (a dir, or a .tar.gz)."""
-    as_tar = out.name.endswith((".tar.gz", ".tgz"))
-    directory = Path(tempfile.mkdtemp(prefix="kdiag-rec-")) / out.name.split(".")[0] if as_tar else out
-    directory.mkdir(parents=True, exist_ok=True)
-    if any(directory.iterdir()):
-        raise RecordingError(f"{directory}: not empty; record into a new directory")
+    """Take a snapshot every `interval` seconds for `duration` seconds into out (a dir, or a .tar.gz).
+
+    Ctrl-C (KeyboardInterrupt) keeps the snapshots already taken, and is raised again."""
+    if not out.name.endswith((".tar.gz", ".tgz")):
+        if out.is_dir() and any(out.iterdir()):
+            raise RecordingError(f"{out}: not empty; record into a new directory", exit_code=2)
+        out.mkdir(parents=True, exist_ok=True)
+        _take_snapshots(out, out, duration, interval, collectors, live, progress, sleep)
+        return out
+    if os.path.lexists(out):
+        raise RecordingError(f"{out}: exists; record into a new file", exit_code=2)
+    tmp = Path(tempfile.mkdtemp(prefix="kdiag-rec-"))
+    try:
+        directory = tmp / out.name.split(".")[0]
+        directory.mkdir()
+        try:
+            _take_snapshots(directory, out, duration, interval, collectors, live, progress, sleep)
+        except KeyboardInterrupt:
+            _archive(directory, out)
+            raise
+        _archive(directory, out)
+    finally:
+        shutil.rmtree(tmp)
+    return out
+
+
+def _take_snapshots(directory: Path, out: Path, duration: float, interval: float, collectors: CollectorSet, live: Root,
+                    progress: Callable[[str], None], sleep: Callable[[float], None]) -> None:
     manifest = {"format": FORMAT, "version": VERSION, "host": socket.gethostname(), "interval_s": interval}
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     count = max(1, int(duration // interval) + 1)
     start = time.monotonic()
-    for i in range(count):
-        snap = directory / f"{i:04d}"
-        snap.mkdir()
-        tee = TeeRoot(live, snap)
-        taken = tee.now()
-        collectors.run(tee)
-        copy_contract_extras(tee, snap)
-        (snap / "meta.json").write_text(json.dumps({"time": taken}) + "\n")
-        if tee.kafka_state:
-            kafka = {"version": KAFKA_STATE_VERSION, "sources": tee.kafka_state}
-            (snap / "kafka.json").write_text(json.dumps(kafka) + "\n")
-        failed = [name for name, h in collectors.health.items() if not h.success]
-        progress(f"snapshot {i + 1}/{count} taken" + (f" (failed: {', '.join(failed)})" if failed else ""))
-        if i + 1 < count:
-            sleep(max(0.0, start + (i + 1) * interval - time.monotonic()))
-    if not as_tar:
-        return out
-    with tarfile.open(out, "w:gz") as tar:
-        tar.add(directory, arcname=directory.name)
-    shutil.rmtree(directory.parent)
-    return out
+    kept = 0
+    try:
+        for i in range(count):
+            _take_snapshot(directory / f"{i:04d}", collectors, live)
+            kept += 1
+            failed = [name for name, h in collectors.health.items() if not h.success]
+            progress(f"snapshot {i + 1}/{count} taken" + (f" (failed: {', '.join(failed)})" if failed else ""))
+            if i + 1 < count:
+                sleep(max(0.0, start + (i + 1) * interval - time.monotonic()))
+    except KeyboardInterrupt:
+        shutil.rmtree(directory / f"{kept:04d}", ignore_errors=True)  # the snapshot under way, if any
+        raise KeyboardInterrupt(f"{kept} snapshot(s) kept in {out}" if kept else "no snapshot was complete") from None
+
+
+def _take_snapshot(snap: Path, collectors: CollectorSet, live: Root) -> None:
+    snap.mkdir()
+    tee = TeeRoot(live, snap)
+    taken = tee.now()
+    collectors.run(tee)
+    copy_contract_extras(tee, snap)
+    if tee.kafka_state:
+        kafka = {"version": KAFKA_STATE_VERSION, "sources": tee.kafka_state}
+        (snap / "kafka.json").write_text(json.dumps(kafka) + "\n")
+    # meta.json last: a snapshot without it is not read back.
+    (snap / "meta.json").write_text(json.dumps({"time": taken}) + "\n")
+
+
+def _archive(directory: Path, out: Path) -> None:
+    """Write directory as the new file out (.tar.gz); a partly written out is removed."""
+    if not any(_is_snapshot(p) for p in directory.iterdir()):
+        return
+    f = open(out, "xb")  # noqa: SIM115 - out is removed when the write fails
+    try:
+        with f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+            tar.add(directory, arcname=directory.name)
+    except BaseException:
+        out.unlink()
+        raise
 
 
 def copy_contract_extras(tee: TeeRoot, snap: Path) -> None:

@@ -225,6 +225,10 @@ def extract(archive: Path, dest: Path) -> None:
                     kinds["/".join(parts[:i])] = "dir"
                 if parts:
                     kinds["/".join(parts)] = "dir" if member.isdir() else "member"
+            # tarfile stops at the end-of-archive blocks: read the rest so a cut gzip stream is noticed.
+            raw.read(MAX_READ)
+            if raw.read(1):
+                raise RecordingError(f"{archive}: more than {MAX_READ} bytes after the end of the archive")
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise RecordingError(f"{archive}: not a readable .tar.gz recording ({e})") from None
     except OSError as e:
