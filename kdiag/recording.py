@@ -40,8 +40,8 @@ def read_manifest(file: Path) -> dict:
     version, host, interval = manifest.get("version", VERSION), manifest.get("host", ""), manifest.get("interval_s", 5)
     if version != VERSION or isinstance(version, bool):
         problem = f"version {quote(version)} is not supported (only {VERSION})"
-    elif not isinstance(host, str) or len(host) > MAX_HOST:
-        problem = f"host {quote(host)} is not a text of at most {MAX_HOST} characters"
+    elif not isinstance(host, str) or len(host) > MAX_HOST or not host.isprintable():
+        problem = f"host {quote(host)} is not a printable text of at most {MAX_HOST} characters"
     elif not is_number(interval) or not MIN_INTERVAL <= interval <= MAX_INTERVAL:
         problem = f"interval_s {quote(interval)} is not a number of seconds from {MIN_INTERVAL} to {MAX_INTERVAL}"
     if problem:
@@ -154,7 +154,7 @@ class Recording:
             if not self.snapshots:
                 raise RecordingError(f"{self.path}: no snapshots (directories with meta.json)")
             self.times = [recorded_time(s / "meta.json") for s in self.snapshots]
-        except ValueError as e:
+        except (ValueError, OSError) as e:
             self.close()
             raise RecordingError(str(e)) from None
         except BaseException:

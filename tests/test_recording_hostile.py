@@ -207,7 +207,8 @@ def test_truncated_tar_gz_is_one_line_at_any_cut(rec: Path, tmp_path: Path) -> N
     ('{"format": "kdiag-recording", "version": 2}', "version 2 is not supported"),
     ('{"format": "kdiag-recording", "version": true}', "version True is not supported"),
     ('{"format": "kdiag-recording", "version": 1, "host": "' + "h" * 10000 + '"}', "host 'hhh"),
-    ('{"format": "kdiag-recording", "version": 1, "host": 5}', "host 5 is not a text"),
+    ('{"format": "kdiag-recording", "version": 1, "host": 5}', "host 5 is not a printable text"),
+    ('{"format": "kdiag-recording", "version": 1, "host": "a\\u001b[2Jb"}', "host 'a\\x1b[2Jb' is not a printable"),
     ('["kdiag-recording", 1]', "expected a JSON object, got list"),
     ("[" * 100000, "not JSON"),
 ])
@@ -324,3 +325,12 @@ def test_record_never_overwrites_an_archive(tmp_path: Path) -> None:
 def test_zero_or_tiny_steps_are_usage_errors(argv: list[str]) -> None:
     result = kdiag(*argv)
     assert result.returncode == 2 and "is not a duration from 0.1s to 3600s" in result.stderr
+
+
+def test_a_huge_tar_header_is_refused_before_it_is_read(rec: Path) -> None:
+    archive = rec.parent / "longname.tar.gz"
+    with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(rec, arcname="rec")
+        tar.addfile(tarfile.TarInfo("rec/" + "a" * 3 * 2**20))  # a GNU long-name header of 3 MiB
+    with pytest.raises(RecordingError, match=r"not a readable .tar.gz recording \(a tar header asks to read \d+ bytes"):
+        Recording(archive)
