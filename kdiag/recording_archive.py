@@ -74,7 +74,9 @@ def resolve_inside(base: str, parts: list[str], follow_last: bool = True) -> str
         if stat.S_ISLNK(mode) and (todo or follow_last):
             target = os.readlink(path)
             hops += 1
-            if target.startswith("/") or hops > MAX_LINK_HOPS or is_text_link([*real, part]):
+            if hops > MAX_LINK_HOPS:
+                raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
+            if target.startswith("/") or is_text_link([*real, part]):
                 raise LinkOutside(errno.ENOENT, "a link kdiag does not follow", path)
             todo.extend(reversed(target.split("/")))
             continue
@@ -232,7 +234,7 @@ def extract(archive: Path, dest: Path) -> None:
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise RecordingError(f"{archive}: not a readable .tar.gz recording ({e})") from None
     except OSError as e:
-        raise RecordingError(f"{archive}: not a readable .tar.gz recording ({e.strerror or e})") from None
+        raise RecordingError(f"{archive}: cannot extract: {e}") from None
 
 
 def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
