@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from kdiag.cli import main
 from kdiag.recording import Recording, RecordingError
 from kdiag.recording_archive import MAX_FILE_BYTES
 
@@ -59,16 +60,20 @@ def kdiag(*argv: str, tmpdir: Path | None = None, timeout: float = 120) -> subpr
                           env=env)
 
 
-def refused(path: Path, *fragments: str, tmpdir: Path | None = None) -> str:
-    """Run `kdiag diagnose --from path`: exit 1, one error line holding every fragment, nothing of /etc/passwd."""
-    result = kdiag("diagnose", "--from", str(path), tmpdir=tmpdir)
-    assert result.returncode == 1, result.stderr
-    assert result.stdout == "" and len(result.stderr.splitlines()) == 1, result.stderr
-    assert result.stderr.startswith("kdiag: ") and len(result.stderr) < 400
+def refused(path: Path, *fragments: str, tmpdir: Path | None = None, capsys=None) -> str:
+    """`kdiag diagnose --from path` (a process, or main() with capsys): exit 1, one line holding every fragment."""
+    if capsys:
+        code, (out, err) = main(["diagnose", "--from", str(path)]), capsys.readouterr()
+    else:
+        result = kdiag("diagnose", "--from", str(path), tmpdir=tmpdir)
+        code, out, err = result.returncode, result.stdout, result.stderr
+    assert code == 1, err
+    assert out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith("kdiag: ") and len(err) < 400
     for fragment in fragments:
-        assert fragment in result.stderr
-    assert PASSWD_LINE not in result.stderr
-    return result.stderr
+        assert fragment in err
+    assert PASSWD_LINE not in err
+    return err
 
 
 def test_hard_link_member_does_not_rewrite_the_file_it_names(rec: Path, tmp_path: Path) -> None:
@@ -212,9 +217,9 @@ def test_truncated_tar_gz_is_one_line_at_any_cut(rec: Path, tmp_path: Path) -> N
     ('["kdiag-recording", 1]', "expected a JSON object, got list"),
     ("[" * 100000, "not JSON"),
 ])
-def test_bad_manifest_is_one_line_naming_the_field(rec: Path, manifest: str, problem: str) -> None:
+def test_bad_manifest_is_one_line_naming_the_field(rec: Path, manifest: str, problem: str, capsys) -> None:
     (rec / "manifest.json").write_text(manifest)
-    refused(rec, f"{rec / 'manifest.json'}: {problem}")
+    refused(rec, f"{rec / 'manifest.json'}: {problem}", capsys=capsys)
 
 
 def test_run_from_a_negative_interval_exits_instead_of_spinning(rec: Path) -> None:
@@ -224,9 +229,9 @@ def test_run_from_a_negative_interval_exits_instead_of_spinning(rec: Path) -> No
 
 
 @pytest.mark.parametrize("time", ["NaN", "1e400", "-1", "true", '"noon"', "1e300"])
-def test_bad_snapshot_time_is_one_line_naming_meta_json(rec: Path, time: str) -> None:
+def test_bad_snapshot_time_is_one_line_naming_meta_json(rec: Path, time: str, capsys) -> None:
     (rec / "0001" / "meta.json").write_text(f'{{"time": {time}}}')
-    refused(rec, f'{rec / "0001" / "meta.json"}: expected {{"time": <epoch seconds>}}')
+    refused(rec, f'{rec / "0001" / "meta.json"}: expected {{"time": <epoch seconds>}}', capsys=capsys)
 
 
 def test_deeply_nested_kafka_json_fails_only_that_snapshots_kafka_collectors(rec: Path) -> None:
