@@ -27,6 +27,7 @@ class ProcessesConfig:
 
     top_n: int = 5
     log_dirs: list[str] = field(default_factory=list)
+    cmdline: str = "redacted"  # the kdiag_process_info cmdline label: redacted | off | full
 
 
 @dataclass
@@ -88,6 +89,8 @@ class Config:
             raise ConfigError("history: must hold at least 10 intervals")
         if self.processes.top_n < 0:
             raise ConfigError("processes.top_n: must be 0 or more")
+        if self.processes.cmdline not in ("redacted", "off", "full"):
+            raise ConfigError(f"processes.cmdline: '{self.processes.cmdline}' is not redacted, off or full")
         try:
             self.probe.validate()
         except ValueError as e:

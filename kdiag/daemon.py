@@ -47,7 +47,7 @@ def host_collectors(config: Config) -> list[Collector]:
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
         NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
         MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(),
-        ProcessesCollector(config.processes.top_n, config.processes.log_dirs),
+        ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
         LoadgenCollector(config.loadgen.stats_dir),
     ]
 
