@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from kdiag.engine import parse_duration
+from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_settings
 from kdiag.probe import ProbeConfig
 
 
@@ -58,6 +59,10 @@ class AlertmanagerConfig:
     url: str = ""
     resend_interval: Duration = Duration(60.0)
     timeout: Duration = Duration(5.0)
+    # As in Prometheus's alertmanager_config; credentials in the url (http://user:pass@host) count as basic_auth.
+    basic_auth: BasicAuth = field(default_factory=BasicAuth)
+    authorization: Authorization = field(default_factory=Authorization)
+    tls_config: TLSConfig = field(default_factory=TLSConfig)
 
 
 @dataclass
@@ -97,8 +102,12 @@ class Config:
             raise ConfigError(f"probe.{e}") from None
         if self.kafka.jmx and not self.kafka.bootstrap_servers:
             raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
-        if self.alertmanager.url and not self.alertmanager.url.startswith(("http://", "https://")):
-            raise ConfigError(f"alertmanager.url: '{self.alertmanager.url}' is not an http(s) URL")
+        am = self.alertmanager
+        if am.url:
+            try:
+                check_settings(am.url, am.basic_auth, am.authorization, am.tls_config, "alertmanager")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
 
 
 def _convert(tp: Any, value: Any, path: str) -> Any:

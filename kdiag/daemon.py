@@ -154,7 +154,8 @@ class Daemon:
             from kdiag.alertmanager import AlertPusher
 
             am = config.alertmanager
-            self.pusher = AlertPusher(am.url, host, am.resend_interval, am.timeout)
+            self.pusher = AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
+                                      authorization=am.authorization, tls_config=am.tls_config)
         self._replay = None
 
     def start(self) -> None:
