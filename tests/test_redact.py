@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.redact import LABEL_MAX, cmdline_label, redact_argv, redact_cmdline_file
+from kdiag.redact import ARG_MAX, LABEL_MAX, TOTAL_MAX, cmdline_label, redact_argv, redact_cmdline_file
 
 CASES = [
     # (argv, masked argv)
@@ -32,7 +32,9 @@ CASES = [
     (["sh", "-c", "mysqldump -phunter2 db | gzip > /backup/db.gz"], ["sh", "-c", "mysqldump -p*** db | gzip > /backup/db.gz"]),
     (["bash", "-c", "curl -H 'X-Api-Key: k1' http://u:p@h/ --token=t"],
      ["bash", "-c", "curl -H 'X-Api-Key: ***' http://u:***@h/ --token=***"]),
-    (["sh", "-c", "echo 'unbalanced --password hunter2"], ["sh", "-c", "echo 'unbalanced --password ***"]),
+    (["sh", "-c", "echo 'unbalanced --password hunter2"], ["sh", "-c", "echo unbalanced --password ***"]),
+    (["app", "--config", '{"user": "a", "password": "pw", "port": 1}'],
+     ["app", "--config", '{"user": "a", "password": "***", "port": 1}']),
     (["postgres: alice db 127.0.0.1 idle"], ["postgres: alice db 127.0.0.1 idle"]),  # a rewritten title, no secret
     (["tar", "czf", "/backup/k.tgz", "/data/kafka-logs"], ["tar", "czf", "/backup/k.tgz", "/data/kafka-logs"]),
     (["du", "-sh", "/data/kafka-logs", "--exclude=*.index"], ["du", "-sh", "/data/kafka-logs", "--exclude=*.index"]),
@@ -56,3 +58,15 @@ def test_the_label_is_masked_full_or_bounded() -> None:
     label = cmdline_label(argv)
     assert len(label) == LABEL_MAX and label.endswith("...") and label.startswith("app --password=*** /data")
     assert cmdline_label(["app", "--password=x"], "full") == "app --password=x"
+
+
+def test_hostile_shapes_are_bounded_and_never_half_masked() -> None:
+    # Any local user picks its argv; these once took minutes (quadratic patterns) or raised RecursionError.
+    long_url = "http://admin:" + "p" * ARG_MAX + "@host/"
+    assert redact_argv(["x", long_url]) == ["x", f"***({len(long_url)} chars)"]
+    assert redact_argv(["x", "a" * 128 * 1024]) == ["x", "***(131072 chars)"]
+    assert redact_argv(["x", "a=" * 2000]) == ["x", "a=" * 2000]
+    many = redact_argv(["-p"] * 100_000)
+    assert len(many) <= TOTAL_MAX // 2 + 1 and many[-1].startswith("***(+")
+    nested = "sh -c " + "\"sh -c '" * 400 + "--password hunter2"
+    assert "hunter2" not in " ".join(redact_argv(["sh", "-c", nested]))
