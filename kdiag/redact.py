@@ -75,14 +75,18 @@ def _redact_word(arg: str, depth: int) -> tuple[str, int]:
     arg = _URL_TOKEN.sub(rf"\g<head>{MASK}@", arg)
     arg = _QUERY_PARAM.sub(_mask_named, arg)
     arg = _JSON_PAIR.sub(lambda m: _mask_named(m, '"'), arg)
-    if _SPACE.search(arg) and not _is_json(arg):  # JSON is one word, its pairs masked above
-        return _redact_script(arg, depth + 1)
-    if "=" in arg and _NAME.fullmatch(arg.split("=", 1)[0]):
-        return _redact_assignment(arg), PLAIN
+    # A secret value may hold blanks (--password='a b c'): the whole of it goes before the argument counts as a script.
+    name = arg.split("=", 1)[0]
+    if "=" in arg and _NAME.fullmatch(name) and is_secret_name(name):
+        return f"{name}={MASK}", PLAIN
     flag = _FLAG.fullmatch(arg)
     expect = SECRET if arg == "-p" or (flag and is_secret_name(flag["name"])) else PLAIN
     if arg.startswith("-p") and len(arg) > 2 and not arg.startswith("--"):
         return f"-p{MASK}", expect  # mysql's -pPASSWORD (or a secret-named flag such as -password)
+    if _SPACE.search(arg) and not _is_json(arg):  # JSON is one word, its pairs masked above
+        return _redact_script(arg, depth + 1)
+    if "=" in arg and _NAME.fullmatch(name):
+        return _redact_assignment(arg), PLAIN
     if arg in _USER_FLAGS:
         return arg, USERPASS
     return arg, expect

@@ -10,6 +10,9 @@ CASES = [
     # (argv, masked argv)
     (["app", "--db-password=hunter2"], ["app", "--db-password=***"]),
     (["app", "--api-token", "tok3n", "--verbose"], ["app", "--api-token", "***", "--verbose"]),
+    (["app", "--db-password=my secret pass", "-pa b"], ["app", "--db-password=***", "-p***"]),
+    (["bench", "--producer-props", 'sasl.jaas.config=a.PlainLoginModule required username="u" password="pw";'],
+     ["bench", "--producer-props", "sasl.jaas.config=a.PlainLoginModule required username=u password=***"]),
     (["app", "--auth", "--verbose"], ["app", "--auth", "--verbose"]),  # a secret-named switch with no value
     (["app", "--client-secret", "s"], ["app", "--client-secret", "***"]),
     (["app", "--ssl-key-password=x", "--credentials-file", "/etc/c"], ["app", "--ssl-key-password=***", "--credentials-file", "***"]),
