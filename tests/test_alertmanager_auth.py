@@ -11,6 +11,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import bcrypt
 import pytest
 import urllib3
 import yaml
@@ -23,7 +24,6 @@ from kdiag.engine import Diagnosis, default_rules_dir, load_catalog
 from kdiag.http_client import Authorization, BasicAuth, TLSConfig
 from kdiag.pipeline import State
 
-bcrypt = pytest.importorskip("bcrypt")
 pytestmark = pytest.mark.e2e
 PASSWORD = "s3cretPW"
 SERVER_NAME = "alertmanager.test"  # the only name in the server certificate: 127.0.0.1 needs tls_config.server_name
