@@ -167,10 +167,13 @@ class Stack:
         return url
 
     def own_alertmanager(self, config: dict, web_config: Path | None = None) -> str:
-        """An Alertmanager of this stack's own (never the shared one), behind web_config if given; its host:port."""
+        """An Alertmanager of this stack's own, never the shared one; its host:port (ready unless behind web_config)."""
         extra = [f"--web.config.file={web_config}"] if web_config else []
         directory = Path(tempfile.mkdtemp(prefix="am-", dir=self.workdir))
-        return start_alertmanager(directory, config, self._start, extra).removeprefix("http://")
+        url = start_alertmanager(directory, config, self._start, extra)
+        if not web_config:
+            self._ready(f"{url}/-/ready", "Alertmanager /-/ready")
+        return url.removeprefix("http://")
 
     def prometheus(self, target: str, rule_files: list[Path] = (), alertmanager: str | None = None) -> str:
         """Prometheus scraping target every second (and evaluating rule_files every second); returns its base URL."""

@@ -58,7 +58,6 @@ def test_metrics_diagnoses_and_pushed_alerts_show_the_masked_command_line(scanne
     stack = Stack(tmp_path)
     try:
         alertmanager = stack.own_alertmanager({"route": {"receiver": "none"}, "receivers": [{"name": "none"}]})
-        stack._ready(f"http://{alertmanager}/-/ready", "Alertmanager /-/ready")
         config = json.loads(scanner["config"].read_text())
         config["alertmanager"] = {"url": f"http://{alertmanager}", "resend_interval": "2s"}
         scanner["config"].with_name("push.yaml").write_text(json.dumps(config))
