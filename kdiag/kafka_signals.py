@@ -12,6 +12,7 @@ PRODUCE_PHASES = ("total", "queue", "local", "remote", "response_queue", "respon
 BROKER_CONFIGS = {
     "log.flush.interval.messages": "log_flush_interval_messages",
     "log.flush.interval.ms": "log_flush_interval_ms",
+    "log.flush.scheduler.interval.ms": "log_flush_scheduler_interval_ms",
     "num.io.threads": "num_io_threads",
     "num.network.threads": "num_network_threads",
 }
@@ -20,6 +21,13 @@ TOPIC_CONFIGS = {
     "flush.ms": "flush_ms",
     "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election",
+}
+
+
+FLUSH_CONFIG_PLACES = {
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": "the cluster-wide dynamic default (kafka-configs --entity-default)",
+    "DYNAMIC_BROKER_CONFIG": "a dynamic config of broker {b} (kafka-configs --entity-name {b})",
+    "STATIC_BROKER_CONFIG": "server.properties",
 }
 
 
@@ -66,6 +74,8 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
     "isr_shrinks_per_second": "ISR shrinks per second",
     "gc_seconds_per_second": "JVM garbage collection seconds per second",
     **{name: f"broker config {key}" for key, name in BROKER_CONFIGS.items()},
+    "log_flush_set_in": "where log.flush.interval.messages/ms are set: cluster-wide dynamic default, broker dynamic config "
+                        "or server.properties",
 })
 def broker_signals(history: History, window: float) -> dict[str, Signals]:
     """Load, flushes, thread idleness, produce time split and leadership per broker."""
@@ -88,6 +98,11 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
     shrinks = rates_per(history, "kdiag_kafka_isr_shrinks_total", window, "broker_id")
     gc = rates_per(history, "kdiag_jvm_gc_collection_seconds_total", window, "broker_id")
     configs = latest_by(history, "kdiag_kafka_broker_config", "broker_id", "name")
+    flush_places: dict[str, list[str]] = {}
+    for (b, name, source) in latest_by(history, "kdiag_kafka_broker_config_source_info", "broker_id", "name", "source"):
+        place = FLUSH_CONFIG_PLACES.get(source, source).format(b=b)
+        if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
+            flush_places[b].append(place)
     total_leaders = sum(leaders.values())
     total_bytes_in = sum(bytes_in.values())
     ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle)
@@ -118,6 +133,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             gc_seconds_per_second=gc.get(b),
             **{f"produce_{p}_time_p99_seconds": times.get((b, "Produce", p, "0.99")) for p in PRODUCE_PHASES},
             **{name: configs.get((b, key)) for key, name in BROKER_CONFIGS.items()},
+            log_flush_set_in=" and ".join(sorted(flush_places.get(b, []))) or None,
         )
     return out
 
@@ -147,6 +163,8 @@ def skew(per_broker: dict[str, float], brokers: int) -> tuple[float | None, str 
     "partition_top_share": "share of the topic's messages going to its busiest partition (0-1)",
     "brokers": "live brokers in the cluster",
     "on_brokers": "brokers leading the topic's partitions, comma-separated",
+    **{f"{name}_override": f"1 when the topic sets {key} itself, 0 when it inherits the brokers' value"
+       for key, name in TOPIC_CONFIGS.items()},
 })
 def topic_signals(history: History, window: float) -> dict[str, Signals]:
     """Health, flush settings and leader and traffic balance per topic."""
@@ -155,6 +173,7 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
         "partitions", "replication_factor", "under_replicated_partitions", "offline_partitions",
         "under_min_isr_partitions")}
     configs = latest_by(history, "kdiag_kafka_topic_config", "topic", "name")
+    overrides = latest_by(history, "kdiag_kafka_topic_config_override", "topic", "name")
     leaders: dict[str, dict[str, float]] = {}
     for (topic, broker), n in latest_by(history, "kdiag_kafka_topic_broker_leaders", "topic", "broker_id").items():
         leaders.setdefault(topic, {})[broker] = n
@@ -180,6 +199,8 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
             {"name": topic},
             **{name: values.get(topic) for name, values in gauges.items()},
             **{name: configs.get((topic, key)) for key, name in TOPIC_CONFIGS.items()},
+            **{f"{name}_override": overrides.get((topic, key), 0.0) if (topic, key) in configs else None
+               for key, name in TOPIC_CONFIGS.items()},
             messages_per_second=messages.get(topic),
             leader_skew_ratio=ratio(topic_leaders.get(top_leader), ideal) if top_leader else None,
             leader_top_broker=top_leader,
@@ -200,6 +221,8 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     "bytes_in_per_second": "bytes produced per second over all brokers",
     "under_replicated_partitions": "under-replicated partitions over all topics",
     "offline_partitions": "partitions without a leader over all topics",
+    "log_flush_scheduler_interval_ms": "the smallest log.flush.scheduler.interval.ms of the brokers (flush.ms is only "
+                                       "enforced when it is set)",
 })
 def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     """Cluster-wide totals, for rules about one topic or broker to compare against."""
@@ -216,6 +239,9 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
         bytes_in_per_second=total(rates_by(history, "kdiag_kafka_bytes_in_total", window)),
         under_replicated_partitions=total(latest_by(history, "kdiag_kafka_topic_under_replicated_partitions")),
         offline_partitions=total(latest_by(history, "kdiag_kafka_topic_offline_partitions")),
+        log_flush_scheduler_interval_ms=min((v for (_, name), v in latest_by(
+            history, "kdiag_kafka_broker_config", "broker_id", "name").items()
+            if name == "log.flush.scheduler.interval.ms"), default=None),
     )}
 
 

@@ -30,6 +30,8 @@ TOPIC_CONFIGS = (
 BROKER_CONFIGS = (
     "log.flush.interval.messages",
     "log.flush.interval.ms",
+    # flush.ms and log.flush.interval.ms are only enforced by the flush scheduler, which never runs by default.
+    "log.flush.scheduler.interval.ms",
     "num.io.threads",
     "num.network.threads",
     "socket.send.buffer.bytes",
@@ -57,6 +59,10 @@ HELP = {
     "kdiag_kafka_topic_offline_partitions": "Partitions without a leader.",
     "kdiag_kafka_topic_under_min_isr_partitions": "Partitions whose ISR is smaller than min.insync.replicas.",
     "kdiag_kafka_topic_config": "Numeric topic config value (booleans as 0/1; Long.MAX_VALUE means not set).",
+    "kdiag_kafka_topic_config_override": "1 for each config the topic sets itself (kafka-configs --entity-type topics), "
+                                         "not inherited from the brokers.",
+    "kdiag_kafka_broker_config_source_info": "Where a broker config that is not at its default is set (describe_configs "
+                                             "source: DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_BROKER_CONFIG, STATIC_BROKER_CONFIG).",
     "kdiag_kafka_topic_broker_leaders": "Partitions of the topic led by the broker.",
     "kdiag_kafka_topic_broker_preferred_leaders": "Partitions of the topic whose first replica is the broker.",
     "kdiag_kafka_topic_log_end_offset_total": "Sum of the log end offsets of the topic's partitions.",
@@ -138,9 +144,14 @@ def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float)
     return topic_configs, dict(sorted(broker_configs.items(), key=lambda kv: int(kv[0])))
 
 
-def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, str | None]:
-    """The named config entries' raw values (None where Kafka reports null)."""
-    return {n: entries[n].value for n in names if n in entries}
+def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, str | None]]:
+    """The named config entries' raw values (None where Kafka reports null) and where the set ones come from."""
+    from confluent_kafka.admin import ConfigSource
+
+    picked = [entries[n] for n in names if n in entries]
+    # A topic inheriting a broker value reports the broker's source (e.g. DYNAMIC_DEFAULT_BROKER_CONFIG), not its own.
+    sources = {e.name: ConfigSource(e.source).name for e in picked if e.source != ConfigSource.DEFAULT_CONFIG.value}
+    return {"values": {e.name: e.value for e in picked}, "sources": sources}
 
 
 def _log_end_offsets(admin: Any, topics: dict[str, dict], deadline: float) -> dict[tuple[str, int], int]:
@@ -202,10 +213,13 @@ def fetch_admin_state(admin: Any, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
     topics = _topics(admin, deadline)
-    topic_configs, state["broker_configs"] = _configs(admin, list(topics), [b["id"] for b in state["brokers"]], deadline)
+    topic_configs, broker_configs = _configs(admin, list(topics), [b["id"] for b in state["brokers"]], deadline)
+    state["broker_configs"] = {b: picked["values"] for b, picked in broker_configs.items()}
+    state["broker_config_sources"] = {b: picked["sources"] for b, picked in broker_configs.items()}
     ends = _log_end_offsets(admin, topics, deadline)
     for name, topic in topics.items():
-        topic["configs"] = topic_configs.get(name, {})
+        picked = topic_configs.get(name, {})
+        topic["configs"], topic["config_sources"] = picked.get("values", {}), picked.get("sources", {})
         for p in topic["partitions"]:
             p["log_end_offset"] = ends.get((name, p["partition"]))
     state["topics"] = topics
@@ -252,6 +266,9 @@ def _broker_samples(state: dict[str, Any], broker_ids: list[int]) -> list[Sample
         out += _config_samples("kdiag_kafka_broker_config", configs, broker_id=b)
         if "log.dirs" in configs:
             out.append(sample("kdiag_kafka_broker_log_dirs_info", 1, GAUGE, broker_id=b, log_dirs=configs["log.dirs"]))
+    for b, sources in state.get("broker_config_sources", {}).items():
+        out += [sample("kdiag_kafka_broker_config_source_info", 1, GAUGE, broker_id=b, name=n, source=src)
+                for n, src in sources.items()]
     return out
 
 
@@ -282,6 +299,8 @@ def _topic_samples(topic: str, t: dict[str, Any], broker_ids: list[int]) -> list
             sample("kdiag_kafka_topic_under_min_isr_partitions", sum(len(p["isr"]) < min_isr for p in parts), GAUGE, topic=topic)
         )
     out += _config_samples("kdiag_kafka_topic_config", t["configs"], topic=topic)
+    out += [sample("kdiag_kafka_topic_config_override", 1, GAUGE, topic=topic, name=n)
+            for n, src in t.get("config_sources", {}).items() if src == "DYNAMIC_TOPIC_CONFIG"]
     leaders = Counter(p["leader"] for p in parts if not _offline(p))
     preferred = Counter(p["replicas"][0] for p in parts if p["replicas"])
     for b in sorted(set(broker_ids) | set(leaders) | set(preferred)):

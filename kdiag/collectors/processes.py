@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from kdiag.collectors._procutil import malformed, parse_key_values, read_source
+from kdiag.collectors.blockdev import disks_behind
 from kdiag.collectors.mounts import device_for_path, parse_mounts
 from kdiag.redact import cmdline_label
 from kdiag.root import Root
@@ -19,7 +20,6 @@ BROKER_MAIN_CLASS = "kafka.Kafka"
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
 _PARTITION_DIR = re.compile(r".+-\d+")
-_PARTITION_SUFFIX = re.compile(r"(.*\d)p\d+|(.*\D)\d+")
 
 HELP = {
     "kdiag_kafka_log_dir_info": "A Kafka log dir and the block device and mountpoint holding it, value 1.",
@@ -152,15 +152,6 @@ def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int,
     return [p for _, p in ranked[:top_n]]
 
 
-def whole_disk(root: Root, name: str) -> str:
-    """The disk a partition (sdb1, nvme0n1p2) belongs to when /sys/block shows it, else name itself."""
-    match = _PARTITION_SUFFIX.fullmatch(name)
-    if root.exists("sys", f"block/{name}") or not match:
-        return name
-    disk = match.group(1) or match.group(2)
-    return disk if root.exists("sys", f"block/{disk}") else name
-
-
 class ProcessesCollector:
     """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir."""
 
@@ -242,14 +233,13 @@ def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
 
 
 def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
-    """kdiag_kafka_log_dir_info per log dir, with its disk's name as /sys/block spells it."""
+    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md)."""
     mounts = parse_mounts(*read_source(root, "proc", "mounts"))
     samples = []
     for path in log_dirs:
         device, mountpoint = device_for_path(mounts, path)
-        if device.startswith("/dev/"):
-            device = whole_disk(root, device.removeprefix("/dev/"))
-        samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=device, mountpoint=mountpoint))
+        for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
+            samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=disk, mountpoint=mountpoint))
     return samples
 
 
