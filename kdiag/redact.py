@@ -8,9 +8,11 @@ import shlex
 
 MASK = "***"
 LABEL_MAX = 256
-# Any process may choose its argv: bound the work, and mask what is past the bound rather than cut a secret in two.
-ARG_MAX = 4096
-TOTAL_MAX = 16384
+# Any process may choose its argv: bound the work, and mask what is past a bound rather than cut a secret in two.
+ARG_MAX = 4096  # longer arguments are masked whole
+ARGS_MAX = 4096  # arguments past this many are left out
+TOTAL_MAX = 65536  # characters looked at in all; later arguments are masked whole
+SCRIPTS_MAX = 16384  # characters of scripts parsed word by word (shlex is slow); later scripts are masked whole
 SCRIPT_DEPTH_MAX = 3
 
 # Over-redaction is deliberate: `--keyspace V` or `mkdir -p DIR` lose their value rather than risk a password.
@@ -46,13 +48,15 @@ def _redact(argv: list[str], depth: int) -> tuple[list[str], int]:
     """argv masked, and what the word after it is (a script's last word may be a secret flag)."""
     out = []
     expect = PLAIN
-    total = 0
+    total = scripts = 0
     for i, arg in enumerate(argv):
-        total += len(arg) if len(arg) <= ARG_MAX else 0
-        if total > TOTAL_MAX:
+        if i == ARGS_MAX - 1 and len(argv) > ARGS_MAX:
             out.append(f"{MASK}(+{len(argv) - i} args)")
             break
-        if len(arg) > ARG_MAX:
+        script = bool(_SPACE.search(arg))
+        total += len(arg) if len(arg) <= ARG_MAX else 0
+        scripts += len(arg) if script else 0
+        if len(arg) > ARG_MAX or total > TOTAL_MAX or (script and scripts > SCRIPTS_MAX):
             out.append(f"{MASK}({len(arg)} chars)")
             expect = PLAIN
         elif expect == SECRET and not arg.startswith("--"):
@@ -82,7 +86,8 @@ def _redact_word(arg: str, depth: int) -> tuple[str, int]:
     flag = _FLAG.fullmatch(arg)
     expect = SECRET if arg == "-p" or (flag and is_secret_name(flag["name"])) else PLAIN
     if arg.startswith("-p") and len(arg) > 2 and not arg.startswith("--"):
-        return f"-p{MASK}", expect  # mysql's -pPASSWORD (or a secret-named flag such as -password)
+        # mysql's -pPASSWORD, or a secret-named flag such as -password (or a word that joined one: -p\ --password)
+        return f"-p{MASK}", SECRET if is_secret_name(arg) else expect
     if _SPACE.search(arg) and not _is_json(arg):  # JSON is one word, its pairs masked above
         return _redact_script(arg, depth + 1)
     if "=" in arg and _NAME.fullmatch(name):

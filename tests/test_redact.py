@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.redact import ARG_MAX, LABEL_MAX, TOTAL_MAX, cmdline_label, redact_argv, redact_cmdline_file
+from kdiag.redact import ARG_MAX, ARGS_MAX, LABEL_MAX, SCRIPTS_MAX, TOTAL_MAX, cmdline_label, redact_argv, redact_cmdline_file
 
 CASES = [
     # (argv, masked argv)
@@ -70,6 +70,10 @@ def test_hostile_shapes_are_bounded_and_never_half_masked() -> None:
     assert redact_argv(["x", "a" * 128 * 1024]) == ["x", "***(131072 chars)"]
     assert redact_argv(["x", "a=" * 2000]) == ["x", "a=" * 2000]
     many = redact_argv(["-p"] * 100_000)
-    assert len(many) <= TOTAL_MAX // 2 + 1 and many[-1].startswith("***(+")
+    assert len(many) == ARGS_MAX and many[-1] == f"***(+{100_000 - ARGS_MAX + 1} args)"
+    words = redact_argv(["a" * 4000] * 20)
+    assert words[TOTAL_MAX // 4000 - 1] == "a" * 4000 and words[TOTAL_MAX // 4000] == "***(4000 chars)"
+    scripts = redact_argv(["sh", "-c", *["echo a b"] * (SCRIPTS_MAX // 8), "kafka.Kafka", "echo c d"])
+    assert scripts[-2:] == ["kafka.Kafka", "***(8 chars)"]
     nested = "sh -c " + "\"sh -c '" * 400 + "--password hunter2"
     assert "hunter2" not in " ".join(redact_argv(["sh", "-c", nested]))
