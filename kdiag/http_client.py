@@ -161,7 +161,8 @@ class HttpClient:
         return message
 
 
-def _reason(error: Exception) -> str:
-    """The innermost cause of a urllib3 error, in one line."""
-    reason = getattr(error, "reason", None) or error
-    return " ".join(str(reason).split())
+def _reason(error: BaseException) -> str:
+    """The innermost cause of a urllib3 error ([Errno 111] Connection refused), in one line."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return " ".join(str(error).split())
