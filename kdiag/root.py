@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from functools import cached_property
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kdiag.recording_archive import MAX_EPOCH, MAX_JSON_BYTES, is_number, quote, read_regular, resolve_inside
+from kdiag.redact import redact_cmdline_file
 
 
 class Root:
@@ -122,6 +124,7 @@ class SnapshotRoot(Root):
 
 # Target of an fd link whose name was listed but whose target was not read while recording.
 UNRECORDED_LINK = "(not recorded)"
+_CMDLINE = re.compile(r"(\d+|self)/cmdline")
 
 
 class TeeRoot(Root):
@@ -157,7 +160,9 @@ class TeeRoot(Root):
 
     def read(self, tree: str, rel: str) -> str:
         text = super().read(tree, rel)
-        self._copy_target(tree, rel).write_text(text, encoding="utf-8")
+        # Recordings get shared: other processes' secrets stay out of them, whatever processes.cmdline says.
+        copy = redact_cmdline_file(text) if tree == "proc" and _CMDLINE.fullmatch(rel) else text
+        self._copy_target(tree, rel).write_text(copy, encoding="utf-8")
         return text
 
     def listdir(self, tree: str, rel: str) -> list[str]:

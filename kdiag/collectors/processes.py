@@ -11,12 +11,12 @@ from typing import NamedTuple
 from kdiag.collectors._procutil import malformed, parse_key_values, read_source
 from kdiag.collectors.blockdev import disks_behind
 from kdiag.collectors.mounts import device_for_path, parse_mounts
+from kdiag.redact import cmdline_label
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 BROKER_MAIN_CLASS = "kafka.Kafka"
-CMDLINE_LABEL_MAX = 200
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
 _PARTITION_DIR = re.compile(r".+-\d+")
@@ -31,7 +31,7 @@ HELP = {
     "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
     "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
     "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
-    "kdiag_process_info": "Command line and cwd of the process, value 1.",
+    "kdiag_process_info": "Command line (secrets masked; see processes.cmdline) and cwd of the process, value 1.",
 }
 
 
@@ -158,8 +158,10 @@ class ProcessesCollector:
     name = "processes"
     help = HELP
 
-    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0):
+    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
+                 cmdline: str = "redacted"):
         self.top_n = top_n
+        self.cmdline = cmdline  # redacted | off | full
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
         # (pid, start time) -> (read_bytes, rchar) at the last collect; start time tells a reused pid.
@@ -192,7 +194,7 @@ class ProcessesCollector:
         log_dirs = self.log_dirs or self._discovered
         samples = log_dir_samples(root, log_dirs) if log_dirs else []
         for p, d in inspected:
-            samples += process_samples(p, d, log_dirs)
+            samples += process_samples(p, d, log_dirs, self.cmdline)
         return samples
 
 
@@ -241,12 +243,12 @@ def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
     return samples
 
 
-def process_samples(p: Process, d: Details, log_dirs: list[str]) -> list[Sample]:
-    """The per-process series of one chosen process."""
+def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = "redacted") -> list[Sample]:
+    """The per-process series of one chosen process; the cmdline label is masked, full, or left out (off)."""
     labels = {"pid": p.pid, "comm": p.stat.comm}
     # A broker's log dirs are its own, whether or not its links were followed this time.
     touched = (is_broker(p.argv) and bool(log_dirs)) or touches([d.cwd, *path_arguments(p.argv), *d.fd_targets], log_dirs)
-    cmdline = " ".join(p.argv)[:CMDLINE_LABEL_MAX]
+    info = {} if cmdline == "off" else {"cmdline": cmdline_label(p.argv, cmdline)}
     return [
         sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
         sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
@@ -256,5 +258,5 @@ def process_samples(p: Process, d: Details, log_dirs: list[str]) -> list[Sample]
         sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
         sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
         sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
-        sample("kdiag_process_info", 1, GAUGE, **labels, cmdline=cmdline, cwd=d.cwd),
+        sample("kdiag_process_info", 1, GAUGE, **labels, **info, cwd=d.cwd),
     ]
