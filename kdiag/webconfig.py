@@ -176,7 +176,7 @@ def load_web_config(path: str | Path) -> WebConfig:
     except (OSError, UnicodeDecodeError) as e:
         raise WebConfigError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
     except yaml.YAMLError as e:
-        raise WebConfigError(f"{path}: not valid YAML: {str(e)[:200]}") from None
+        raise WebConfigError(f"{path}: not valid YAML: {' '.join(str(e).split())[:200]}") from None
     try:
         top = _mapping(data, "", {"tls_server_config", "http_server_config", "basic_auth_users"})
         config = WebConfig(users=_users(top.get("basic_auth_users")), headers=_headers(top.get("http_server_config")),
