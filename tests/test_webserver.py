@@ -72,7 +72,7 @@ class Kdiag:
     """`kdiag run --from` a recording on a free loopback port, optionally with a web config or an fd limit."""
 
     def __init__(self, workdir: Path, *args: str, nofile: int | None = None, ca: Path | None = None,
-                 client: tuple[str, ...] = ()):
+                 client: tuple[str, ...] = (), source: tuple[str, ...] = ("--from", str(RECORDING))):
         self.port = free_port()
         self.log = workdir / f"kdiag-{self.port}.log"
         self.scheme = "https" if ca else "http"
@@ -80,7 +80,7 @@ class Kdiag:
         self.client = client
         limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--from", str(RECORDING),
+            self.proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", *source,
                                           "--listen", f"127.0.0.1:{self.port}", *args],
                                          stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
         wait_until(lambda: self.curl("/healthz")[0] == 200, 60, "kdiag /healthz", [self.log])
@@ -287,8 +287,8 @@ def test_slowloris_and_idle_sockets_are_closed_while_scrapes_go_on(tmp_path):
 
 
 def test_low_fd_limit_with_idle_connections_held(tmp_path):
-    """66 idle connections against RLIMIT_NOFILE 64: they are timed out, scrapes come back, no traceback per cycle."""
-    k = Kdiag(tmp_path, nofile=64)
+    """66 idle connections against live kdiag under RLIMIT_NOFILE 64: timed out, scrapes come back, no tracebacks."""
+    k = Kdiag(tmp_path, nofile=64, source=())
     socks = hold(k.port, slow=0, idle=66)
     try:
         wait_until(lambda: sum(map(closed_by_server, socks)) >= 40, 90, "kdiag to time out the idle connections",
