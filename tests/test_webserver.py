@@ -72,8 +72,10 @@ class Kdiag:
     """`kdiag run --from` a recording on a free loopback port, optionally with a web config or an fd limit."""
 
     def __init__(self, workdir: Path, *args: str, nofile: int | None = None, ca: Path | None = None,
-                 client: tuple[str, ...] = (), source: tuple[str, ...] = ("--from", str(RECORDING))):
+                 client: tuple[str, ...] = (), source: tuple[str, ...] = ("--from", str(RECORDING)),
+                 host: str = "127.0.0.1"):
         self.port = free_port()
+        self.host = host
         self.log = workdir / f"kdiag-{self.port}.log"
         self.scheme = "https" if ca else "http"
         self.tls = ("--cacert", str(ca)) if ca else ()
@@ -81,16 +83,16 @@ class Kdiag:
         limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))) if nofile else None
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", *source,
-                                          "--listen", f"127.0.0.1:{self.port}", *args],
+                                          "--listen", f"{host}:{self.port}", *args],
                                          stdout=out, stderr=subprocess.STDOUT, preexec_fn=limit)
         wait_until(lambda: self.curl("/healthz")[0] == 200, 60, "kdiag /healthz", [self.log])
 
     def url(self, path: str) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}{path}"
+        return f"{self.scheme}://{self.host}:{self.port}{path}"
 
     def curl(self, path: str, *opts: str, client: bool = True) -> tuple[int, bytes]:
         """(HTTP status, body) from curl; status 0 when no HTTP answer came (TLS refused, connection closed)."""
-        r = subprocess.run(["curl", "-sS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}", *self.tls,
+        r = subprocess.run(["curl", "-gsS", "--max-time", "10", "-o", "-", "-w", "\n%{http_code}", *self.tls,
                             *(self.client if client else ()), *opts, self.url(path)], capture_output=True)
         body, _, code = r.stdout.rpartition(b"\n")
         return int(code or 0), body
@@ -227,6 +229,25 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tls_kdiag, certs, tmp_path)
         assert query(prometheus, 'kdiag_build_info{job="kdiag-tls"}')
     finally:
         stop(procs)
+
+
+def test_ipv6_listen_port_in_use_and_tls_on_the_http_port(tmp_path):
+    k = Kdiag(tmp_path, host="[::1]")
+    try:
+        assert k.curl("/metrics")[0] == 200
+        r = subprocess.run([sys.executable, "-m", "kdiag", "run", "--from", str(RECORDING), "--listen",
+                            f"[::1]:{k.port}"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1
+        assert r.stderr == f"kdiag: cannot listen on [::1]:{k.port}: Address already in use\n"
+        # A TLS ClientHello on the plain HTTP port gets a 400 and the connection closed, at once.
+        with socket.create_connection(("::1", k.port), timeout=10) as s:
+            s.sendall(bytes.fromhex("16030100a5010000a10303") + bytes(32))
+            answer = b""
+            while chunk := s.recv(4096):  # until kdiag closes it (a timeout here fails the test)
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 400")
+    finally:
+        k.close()
 
 
 def hold(port: int, slow: int, idle: int) -> list[socket.socket]:
