@@ -161,7 +161,9 @@ class Exporter:
         self.config.ssl_handshake_timeout = TLS_HANDSHAKE_TIMEOUT_S
         self.config.graceful_timeout = 1.0
         self.config.include_server_header = False
-        self.config.errorlog = log
+        # hypercorn's own INFO line ("Running on ... CTRL + C to quit") repeats the daemon's: warnings and errors only.
+        self.config.errorlog = logging.getLogger("kdiag.webserver.hypercorn")
+        self.config.errorlog.setLevel(logging.WARNING)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
@@ -178,7 +180,8 @@ class Exporter:
         return "https" if self.config.tls else "http"
 
     def start(self) -> None:
-        """Serve in the background."""
+        """Serve in the background; connections queue from now on, even before the event loop runs."""
+        self.socket.listen(BACKLOG)
         self.thread.start()
         self._started.wait()
 
