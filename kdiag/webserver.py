@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import socket
 import threading
 import time
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
 
 from kdiag.exporter import Published
 from kdiag.webconfig import Logins, WebConfigWatcher
@@ -26,7 +28,10 @@ TLS_HANDSHAKE_TIMEOUT_S = 5
 # inherited by every accepted socket.
 TCP_USER_TIMEOUT_MS = 20_000
 RELOAD_CHECK_S = 1.0
-EMFILE_LOG_EVERY_S = 60.0
+# File descriptors kept free for the collection (files under /proc, Kafka and JMX connections): a connection that
+# would eat into them is closed at once, so idle attackers can starve neither the collectors nor the log.
+FDS_KEPT_FOR_COLLECTION = 32
+WARN_EVERY_S = 60.0
 INDEX = (b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
          b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')
 NOT_FOUND = b"not found: try /metrics, /api/diagnoses or /healthz\n"
@@ -36,6 +41,33 @@ class ListenError(Exception):
     """The endpoint cannot listen on the address it was given."""
 
 
+_last_warning: dict[str, float] = {}
+
+
+def _warn_now_and_then(what: str, message: str, *args) -> None:
+    """A warning at most once a minute per kind (attacks repeat them many times a second)."""
+    if time.monotonic() - _last_warning.get(what, -WARN_EVERY_S) >= WARN_EVERY_S:
+        _last_warning[what] = time.monotonic()
+        log.warning(message + " (next such warning in a minute at most)", *args)
+
+
+class _ListenSocket(socket.socket):
+    """The listening socket: refuses connections that would leave fewer than FDS_KEPT_FOR_COLLECTION descriptors."""
+
+    def accept(self):
+        """socket.accept, closing the new connection at once when descriptors run short."""
+        conn, address = super().accept()
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        # accept() returns the lowest free descriptor: every one below it is in use.
+        used = conn.fileno()
+        if limit != resource.RLIM_INFINITY and used >= limit - FDS_KEPT_FOR_COLLECTION:
+            conn.close()
+            _warn_now_and_then("fds", "refusing connections: %d of %d file descriptors in use, %d kept for collection",
+                               used, limit, FDS_KEPT_FOR_COLLECTION)
+            raise ConnectionAbortedError  # asyncio's accept loop takes this as "nothing more to accept now"
+        return conn, address
+
+
 def listen_socket(listen: str) -> socket.socket:
     """A bound (not yet listening) TCP socket for host:port or [v6]:port; ListenError in one line."""
     host, _, port = listen.rpartition(":")
@@ -43,7 +75,7 @@ def listen_socket(listen: str) -> socket.socket:
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM,
                                                              flags=socket.AI_PASSIVE)[0]
-        sock = socket.socket(family, kind, proto)
+        sock = _ListenSocket(family, kind, proto)
     except (OSError, ValueError) as e:
         raise ListenError(f"cannot listen on {listen[:100]}: {getattr(e, 'strerror', None) or e}") from None
     try:
@@ -57,9 +89,14 @@ def listen_socket(listen: str) -> socket.socket:
 
 
 class _Hypercorn(HypercornConfig):
-    """hypercorn's config with the web config's TLS context in place of its own cert/key handling."""
+    """hypercorn's config with kdiag's listening socket and the web config's TLS context."""
 
     tls = None
+    socket: _ListenSocket
+
+    def create_sockets(self) -> Sockets:
+        self.socket.setblocking(False)
+        return Sockets([self.socket], [], []) if self.tls else Sockets([], [self.socket], [])
 
     @property
     def ssl_enabled(self) -> bool:
@@ -131,16 +168,12 @@ class App:
 
 
 def _quiet_emfile(loop: asyncio.AbstractEventLoop) -> None:
-    """Out of file descriptors, asyncio logs a traceback per failed accept (every second): one warning a minute."""
-    last = [0.0]
-
+    """Out of file descriptors, asyncio logs a traceback per failed accept (every second): a warning a minute instead."""
     def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
-        if not context.get("message", "").startswith("socket.accept() out of system resource"):
+        if context.get("message", "").startswith("socket.accept() out of system resource"):
+            _warn_now_and_then("emfile", "cannot accept connections: %s (retrying every second)", context.get("exception"))
+        else:
             loop.default_exception_handler(context)
-        elif time.monotonic() - last[0] >= EMFILE_LOG_EVERY_S:
-            last[0] = time.monotonic()
-            log.warning("cannot accept connections: %s (retrying every second; next warning in %.0fs at most)",
-                        context.get("exception"), EMFILE_LOG_EVERY_S)
 
     loop.set_exception_handler(handler)
 
@@ -155,7 +188,7 @@ class Exporter:
         self.address = self.socket.getsockname()
         self.config = _Hypercorn()
         self.config.tls = self.web.tls if self.web else None
-        self.config.bind = [f"fd://{self.socket.fileno()}"]
+        self.config.socket = self.socket
         self.config.backlog = BACKLOG
         self.config.keep_alive_timeout = REQUEST_TIMEOUT_S
         self.config.ssl_handshake_timeout = TLS_HANDSHAKE_TIMEOUT_S
@@ -203,9 +236,7 @@ class Exporter:
         self._stopping = asyncio.Event()
         watcher = asyncio.create_task(self._watch()) if self.web else None
         self._started.set()
-        # hypercorn takes over the socket's descriptor (fd://) and closes it when it stops.
-        self.socket.detach()
-        try:
+        try:  # hypercorn closes the listening socket when it stops
             await serve(self.app, self.config, shutdown_trigger=self._stopping.wait)
         finally:
             if watcher:

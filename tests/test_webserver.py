@@ -312,7 +312,8 @@ def test_slowloris_and_idle_sockets_are_closed_while_scrapes_go_on(tmp_path):
 
 
 def test_low_fd_limit_with_idle_connections_held(tmp_path):
-    """66 idle connections against live kdiag under RLIMIT_NOFILE 64: timed out, scrapes come back, no tracebacks."""
+    """66 idle connections against live kdiag under RLIMIT_NOFILE 64: the collectors keep their descriptors, the idle
+    connections are refused or timed out, scrapes come back, and the log has a warning, not a traceback per cycle."""
     k = Kdiag(tmp_path, nofile=64, source=())
     socks = hold(k.port, slow=0, idle=66)
     try:
@@ -322,7 +323,8 @@ def test_low_fd_limit_with_idle_connections_held(tmp_path):
         assert k.proc.poll() is None
         log = k.log.read_text()
         assert "Traceback" not in log
-        assert log.count("cannot accept connections") <= 2
+        assert "Too many open files" not in log  # no collector starved
+        assert 1 <= log.count("refusing connections") <= 2
     finally:
         for s in socks:
             s.close()
