@@ -70,6 +70,8 @@ class Config:
     """Everything kdiag run needs; every field has a default, so no file is required."""
 
     listen: str = "0.0.0.0:9745"
+    # An exporter-toolkit web config file (TLS, basic auth) for the endpoint; empty: plain HTTP, no auth.
+    web_config: str = ""
     procfs: str = "/proc"
     sysfs: str = "/sys"
     interval: Duration = Duration(5.0)

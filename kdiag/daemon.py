@@ -30,13 +30,14 @@ from kdiag.collectors.sysctl import SysctlCollector
 from kdiag.collectors.vmstat import VmstatCollector
 from kdiag.config import Config
 from kdiag.engine import Rule, default_rules_dir, load_catalog
-from kdiag.exporter import Exporter, Published
+from kdiag.exporter import Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.probe import HELP as PROBE_HELP
 from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
 from kdiag.sample import Sample
+from kdiag.webserver import Exporter
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ class Daemon:
         host = recording.host if recording else socket.gethostname()
         self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
         self.published = Published()
-        self.exporter = Exporter(config.listen, self.published)
+        self.exporter = Exporter(config.listen, self.published, config.web_config)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.stopping = threading.Event()
         self._live_root = live_root

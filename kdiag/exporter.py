@@ -1,12 +1,9 @@
-"""The Prometheus endpoint and JSON API: each cycle's state is rendered once; a scrape only serves bytes."""
+"""What the endpoint serves: each cycle's state is rendered once (metrics, gzip, diagnoses JSON); a scrape only serves bytes."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -14,8 +11,6 @@ from prometheus_client.core import Metric
 from kdiag import __version__
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
-
-log = logging.getLogger(__name__)
 
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
 
@@ -116,64 +111,6 @@ class Published:
         self.diagnoses = json.dumps(state.to_json()).encode()
         self.ready = True
 
-
-def _handler(published: Published) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes: with Nagle on, a keep-alive scrape waits ~40 ms for a delayed ACK.
-        disable_nagle_algorithm = True
-
-        def do_GET(self):
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                gz = "gzip" in self.headers.get("Accept-Encoding", "")
-                self._send(200, "text/plain; version=0.0.4; charset=utf-8",
-                           published.metrics_gzip if gz else published.metrics, gz)
-            elif path == "/api/diagnoses":
-                self._send(200, "application/json", published.diagnoses)
-            elif path == "/healthz":
-                ok = published.ready
-                self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"starting\n")
-            elif path == "/":
-                self._send(200, "text/html", b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
-                                             b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')
-            else:
-                self._send(404, "text/plain", b"not found: try /metrics, /api/diagnoses or /healthz\n")
-
-        def _send(self, code: int, ctype: str, body: bytes, gz: bool = False) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            if gz:
-                self.send_header("Content-Encoding", "gzip")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format, *args):
-            log.debug("%s %s", self.address_string(), format % args)
-
-    return Handler
-
-
-class Exporter:
-    """The HTTP server of /metrics, /api/diagnoses and /healthz on its own thread."""
-
-    def __init__(self, listen: str, published: Published):
-        host, _, port = listen.rpartition(":")
-        self.server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(published))
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="exporter", daemon=True)
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        return self.server.server_address[1]
-
-    def start(self) -> None:
-        """Serve in the background."""
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self.server.shutdown()
-        self.server.server_close()
+    def healthz(self) -> tuple[int, bytes]:
+        """The /healthz status and body: its first line is all unauthenticated callers see."""
+        return (200, b"ok\n") if self.ready else (503, b"starting\n")
