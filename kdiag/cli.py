@@ -52,11 +52,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.daemon import Daemon
 
+    # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = _config(args)
     recording = Recording(args.from_) if args.from_ else None
-    daemon = Daemon(config, recording)
+    daemon = Daemon(config, recording, reload_config=lambda: _config(args))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
+    signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
     print(f"kdiag {__version__}: serving http://{config.listen}/metrics "
           f"{'replaying ' + str(args.from_) if recording else 'from ' + config.procfs}", flush=True)
     daemon.serve_forever()
