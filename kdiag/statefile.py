@@ -108,8 +108,8 @@ class StateFile:
                         str(e)[:200])
             return []
         if dropped:
-            log.warning("state file %s: %d diagnosis(es) not restored: %s", self.path, len(dropped),
-                        "; ".join(dropped[:5]))
+            more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
+            log.warning("state file %s: not restored: %s%s", self.path, "; ".join(dropped[:5]), more)
         if restored:
             log.info("restored %d diagnosis(es) from %s", len(restored), self.path)
         return restored

@@ -11,13 +11,16 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
-from promstack import RECORDINGS, free_port
+from promstack import RECORDINGS, Shared, Stack, free_port, get_json
 from waiting import wait_until
 
+from kdiag.alertmanager import timestamp
 from kdiag.collectors.loadavg import LoadavgCollector
 from kdiag.daemon import Background
 from kdiag.engine import default_rules_dir, load_catalog
@@ -122,7 +125,9 @@ def fast_recording(name: str, out: Path) -> Path:
     """A copy of a test recording with its snapshots 1 s apart, so `kdiag run --from` replays it at 1 s cycles."""
     shutil.copytree(RECORDINGS / name, out, symlinks=True)
     manifest = json.loads((out / "manifest.json").read_text())
-    (out / "manifest.json").write_text(json.dumps({**manifest, "host": f"lifecycle-{out.name}", "interval_s": 1.0}))
+    # A host name of its own: Alertmanager may hold alerts from an earlier run of the same test.
+    host = f"lifecycle-{out.name}-{uuid.uuid4().hex[:8]}"
+    (out / "manifest.json").write_text(json.dumps({**manifest, "host": host, "interval_s": 1.0}))
     snapshots = sorted(p for p in out.iterdir() if (p / "meta.json").is_file())
     first = json.loads((snapshots[0] / "meta.json").read_text())["time"]
     for i, snap in enumerate(snapshots):
@@ -130,8 +135,8 @@ def fast_recording(name: str, out: Path) -> Path:
     return out
 
 
-def write_config(path: Path, **keys: str) -> Path:
-    """A YAML config of top-level keys."""
+def write_config(path: Path, **keys: object) -> Path:
+    """A YAML config of top-level keys (JSON is YAML)."""
     path.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in keys.items()))
     return path
 
@@ -266,7 +271,21 @@ def test_sighup_reloads_rules_keeps_history_refuses_broken_input_and_survives_a_
 # --- #10: restarts ---------------------------------------------------------------------------------------------------
 
 
-def test_a_restart_keeps_firing_and_pending_diagnoses_and_their_since(tmp_path, kdiag):
+@pytest.fixture
+def alertmanager(tmp_path):
+    """A real Alertmanager's URL: CI's shared one (left configured as it is), else one started here."""
+    shared = Shared.from_env()
+    if shared:
+        yield shared.alertmanager
+        return
+    stack = Stack(tmp_path)
+    try:
+        yield stack.alertmanager({"route": {"receiver": "none"}, "receivers": [{"name": "none"}]})
+    finally:
+        stack.close()
+
+
+def test_a_restart_keeps_firing_and_pending_diagnoses_and_their_since(tmp_path, kdiag, alertmanager):
     recording = fast_recording("small-packet-storm", tmp_path / "storm")
     extra = tmp_path / "extra"
     extra.mkdir()
@@ -292,6 +311,8 @@ def test_a_restart_keeps_firing_and_pending_diagnoses_and_their_since(tmp_path, 
 
     first.wait(saved, "both in the state file")
     first.terminate()
+    # Only the restarted daemon talks to Alertmanager: what it holds was resent after the restart.
+    write_config(config, state_dir=str(state_dir), alertmanager={"url": alertmanager})
 
     second = kdiag(*args)
     # The very first state served after the restart already has both, with their states and since times.
@@ -305,6 +326,12 @@ def test_a_restart_keeps_firing_and_pending_diagnoses_and_their_since(tmp_path, 
     later = second.diagnoses()
     for rule in ("small_packet_storm", "held_for_an_hour"):
         assert (later[rule]["state"], later[rule]["since"]) == (before[rule]["state"], before[rule]["since"]), rule
+    host = json.loads((recording / "manifest.json").read_text())["host"]
+    query = f"{alertmanager}/api/v2/alerts?filter=" + urllib.parse.quote(f'instance="{host}"')
+    alert = second.wait(lambda: next((a for a in get_json(query) if a["labels"]["rule"] == "small_packet_storm"), None),
+                        "the firing cause resent to Alertmanager")
+    assert alert["startsAt"] == timestamp(before["small_packet_storm"]["since"])
+    assert all(a["labels"]["rule"] != "held_for_an_hour" for a in get_json(query))  # pending is not an alert
     second.terminate()
 
 
@@ -326,7 +353,8 @@ def test_a_corrupt_or_foreign_state_file_is_dropped_with_one_warning(tmp_path, k
     assert len(lines) == 1 and warning in lines[0] and "WARNING" in lines[0], lines
     assert "small_packet_storm" not in k.diagnoses()
     # The file is replaced by this host's own state.
-    k.wait(lambda: json.loads((state_dir / "state.json").read_text())["host"] == f"lifecycle-{recording.name}",
+    host = json.loads((recording / "manifest.json").read_text())["host"]
+    k.wait(lambda: json.loads((state_dir / "state.json").read_text())["host"] == host,
            "the state file rewritten")
     k.terminate()
 
