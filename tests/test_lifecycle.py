@@ -173,6 +173,17 @@ def test_a_hung_collector_fails_alone_and_sigterm_still_exits(tmp_path, kdiag):
     print(f"SIGTERM with a hung collector: exited in {seconds:.2f}s")
 
 
+def test_sigterm_in_the_middle_of_a_hung_cycle_exits_through_the_watchdog(tmp_path, kdiag):
+    host = procfs_with_hung_loadavg(tmp_path)
+    config = write_config(tmp_path / "kdiag.yaml", collector_timeout="10m", state_dir="")
+    k = kdiag("--procfs", str(host / "proc"), "--sysfs", str(host / "sys"), "--interval", "1s", "--config", str(config))
+    # The first cycle waits on loadavg for 10 minutes: nothing is published yet.
+    k.wait(lambda: k.get("/healthz") == (503, "starting\n"), "serving, first cycle hung")
+    seconds = k.terminate()
+    assert "kdiag: still stopping after 5s (something hangs): exiting now" in k.text()
+    print(f"SIGTERM during a hung cycle: exited in {seconds:.2f}s")
+
+
 def test_a_hung_background_collector_serves_no_stale_samples(tmp_path):
     proc = tmp_path / "proc"
     proc.mkdir()
