@@ -95,6 +95,11 @@ def replay_collectors(config: Config, recording: Recording) -> list[Collector]:
     return host_collectors(config) + list(kafka_collectors(config, recording.kafka_sources()).values())
 
 
+def kafka_deadline(config: Config) -> float:
+    """The Kafka collectors' deadline: they stop themselves after kafka.timeout, so they are hung only well past it."""
+    return max(config.collector_timeout, config.kafka.timeout + 5.0)
+
+
 def load_rules(config: Config) -> list[Rule]:
     """The configured rule dirs, or the catalog shipped with kdiag; CatalogError on any broken rule."""
     return load_catalog([Path(d) for d in config.rules_dirs] or [default_rules_dir()])
@@ -150,15 +155,14 @@ class Daemon:
         self.reload_config = reload_config
         self.rules = load_rules(config)
         live_root = Root(config.procfs, config.sysfs)
-        timeout = config.collector_timeout
         self.collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config),
-                                       timeout)
+                                       config.collector_timeout)
         self.background: list[Background] = []
         if not recording:
             # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
             every = {"admin": config.kafka.interval, "jmx": config.kafka.jmx_interval}
             for source, collector in kafka_collectors(config).items():
-                self.background.append(Background([collector], live_root, every[source], timeout))
+                self.background.append(Background([collector], live_root, every[source], kafka_deadline(config)))
         host = recording.host if recording else socket.gethostname()
         self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
         path = state_path(config.state_dir, replay=recording is not None)
@@ -303,8 +307,9 @@ class Daemon:
         self.rules = rules
         old, self.config = self.config, config
         self.pipeline.window = config.signal_window
-        for c in (self.collectors, *(b.collectors for b in self.background)):
-            c.timeout = config.collector_timeout
+        self.collectors.timeout = config.collector_timeout
+        for background in self.background:
+            background.collectors.timeout = kafka_deadline(config)
         if not self.recording and config.interval != old.interval:
             self.scheduler.reschedule_job("collect", trigger="interval", seconds=config.interval)
         self.published.stale_after = self._stale_after()
