@@ -61,15 +61,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.daemon import Daemon
     from kdiag.webserver import ListenError
 
+    # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = _config(args)
     recording = Recording(args.from_) if args.from_ else None
     try:
-        daemon = Daemon(config, recording)
+        daemon = Daemon(config, recording, reload_config=lambda: _config(args))
     except ListenError as e:
         print(f"kdiag: {e}", file=sys.stderr)
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
+    signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
     print(f"kdiag {__version__}: serving {daemon.exporter.scheme}://{config.listen}/metrics "
           f"{'replaying ' + str(args.from_) if recording else 'from ' + config.procfs}", flush=True)
     daemon.serve_forever()

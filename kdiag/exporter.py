@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -66,7 +67,8 @@ class StateCollector:
             duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
             if h.last_success is not None:
                 last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
-        cycle = Metric("kdiag_last_cycle_timestamp_seconds", "time of the snapshot being served", "gauge")
+        cycle = Metric("kdiag_last_cycle_timestamp_seconds",
+                       "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
         info = Metric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
@@ -98,11 +100,14 @@ def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
 class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
-    def __init__(self):
+    def __init__(self, stale_after: float = float("inf")):
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
         self.ready = False
+        # /healthz turns 503 when no cycle completed for this long.
+        self.stale_after = stale_after
+        self.completed = time.monotonic()
 
     def publish(self, state: State, help_text: dict[str, str]) -> None:
         """Render a new state once; scrapes then serve it as it is."""
@@ -110,7 +115,12 @@ class Published:
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
         self.ready = True
+        self.completed = time.monotonic()
 
-    def healthz(self) -> tuple[int, bytes]:
-        """The /healthz status and body: its first line is all unauthenticated callers see."""
+    def health(self) -> tuple[int, bytes]:
+        """The /healthz status and text: 200 while cycles complete, 503 before the first and once they stall."""
+        age = time.monotonic() - self.completed
+        if age > self.stale_after:
+            what = f"the last cycle completed {age:.0f}s ago" if self.ready else f"no cycle completed in {age:.0f}s"
+            return 503, f"stale: {what}\n".encode()
         return (200, b"ok\n") if self.ready else (503, b"starting\n")

@@ -149,7 +149,7 @@ class App:
         path = scope["path"]
         authenticated = await self._authenticated(scope)
         if path == "/healthz":
-            code, body = self.published.healthz()
+            code, body = self.published.health()
             # Open for liveness probes, but only the status line: details are for authenticated callers.
             return code, [(b"content-type", b"text/plain")], body if authenticated else body.split(b"\n", 1)[0] + b"\n"
         if not authenticated:
