@@ -32,7 +32,7 @@ from kdiag.config import Config
 from kdiag.engine import Rule, default_rules_dir, load_catalog
 from kdiag.exporter import Exporter, Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
-from kdiag.probe import HELP as PROBE_HELP
+from kdiag.probe_metrics import HELP as PROBE_HELP
 from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
