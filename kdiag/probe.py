@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag import probe_topic
+from kdiag.probe_metrics import BrokerStats
 from kdiag.probe_sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe_topic import REQUEST_TIMEOUT, Topology
-from kdiag.probe_metrics import BrokerStats
 from kdiag.sample import GAUGE, Sample, sample
 
 log = logging.getLogger(__name__)

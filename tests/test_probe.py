@@ -8,7 +8,7 @@ from concurrent.futures import Future
 import pytest
 
 from kdiag import probe_topic
-from kdiag.probe import ProbeConfig, ProbeService
+from kdiag.probe import MAGIC, PAYLOAD, ProbeConfig, ProbeService
 from kdiag.probe_metrics import HELP, Histogram
 from kdiag.probe_topic import Topology
 from kdiag.sample import COUNTER, GAUGE, HISTOGRAM
@@ -61,6 +61,23 @@ def test_disabled_probe_starts_nothing():
     svc.start()
     assert svc.health() == (False, "probe disabled")
     svc.stop()
+
+
+def test_service_counts_late_lost_and_reads_past_other_writers():
+    svc = ProbeService("127.0.0.1:1", ProbeConfig(topic="t", sla=10), "unit")
+
+    def ours(seq: int, sent: float) -> bytes:
+        return PAYLOAD.pack(MAGIC, svc.run_id.bytes, 0, seq, sent, 1)
+
+    for seq, offset in ((0, 5), (1, 6), (2, 8)):
+        svc._settle(0, seq, 100.0, 1, 0.01, offset)  # broker 1 acked seq at offset
+    svc._receive(0, 5, ours(0, 100.0), 100.5)
+    svc._receive(0, 5, ours(0, 100.0), 100.6)  # read again after an offset reset: not a duplicate
+    svc._receive(0, 6, b"another kdiag's message", 101.0)  # seq 1's offset holds something else: lost
+    svc._receive(0, 8, ours(2, 100.0), 130.0)  # 30 s after it was sent: late, not lost
+    got = {c: values(svc, f"kdiag_probe_messages_{c}_total")["1"] for c in ("received", "late", "lost", "duplicated")}
+    assert got == {"received": 2, "late": 1, "lost": 1, "duplicated": 0}
+    assert values(svc, "kdiag_probe_pending_messages") == {"": 0}
 
 
 class FakeAdmin:
