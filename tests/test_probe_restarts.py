@@ -1,7 +1,8 @@
 """Probe truth through broker restarts, on a 3-broker lab of its own (run with KDIAG_LAB=1).
 
-A rolling restart at acks=all loses nothing; an acks=1 leader killed while its followers were frozen
-(so it acked what nobody replicated) loses messages, and the probe counts them.
+A rolling restart at acks=all loses nothing, nor does a leader killed outright (its messages are late, not lost);
+an acks=1 leader killed while its followers were frozen (so it acked what nobody replicated) loses messages, and
+the probe counts them.
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ def test_rolling_restart_at_acks_all_loses_nothing(own_lab):
         print(f"rolling restart at acks=all: { {k: sum(v.values()) for k, v in c.items()} }")
         assert sum(c["lost"].values()) == 0
         assert all(c["acked"][b] > 0 for b in BROKERS)
+        assert sum(c["received"].values()) >= sum(c["acked"].values())
+    finally:
+        svc.stop()
+
+
+def test_leader_killed_at_acks_all_is_late_not_lost(own_lab):
+    svc, admin = probe(own_lab, "probe-killed", acks="all")
+    try:
+        os.kill(lab.read_lab(own_lab["dir"])["pids"]["2"], signal.SIGKILL)  # no controlled shutdown: ~9 s to fence
+        wait_until(lambda: series(svc, "kdiag_probe_partitions").get("2") == 0, 60, "broker 2's partition moved")
+        lab.start_node(2, own_lab["dir"])
+        wait_until(lambda: steady(svc, admin, "probe-killed"), 240, "broker 2 back in sync and fully available")
+        wait_until(lambda: pending(svc) == 0, 60, "every acked message read")
+        c = counts(svc)
+        print(f"leader killed at acks=all: { {k: sum(v.values()) for k, v in c.items()} }")
+        assert sum(c["lost"].values()) == 0
         assert sum(c["received"].values()) >= sum(c["acked"].values())
     finally:
         svc.stop()
