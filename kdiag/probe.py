@@ -45,6 +45,8 @@ PAYLOAD = struct.Struct(">4s16sIQdi")
 MAGIC = b"kdp1"
 METADATA_INTERVAL = 5.0
 MAX_BACKOFF = 30.0
+
+
 @dataclass
 class ProbeConfig:
     """The synthetic probe: its topic, rate, durability and the windows of its verdicts."""
