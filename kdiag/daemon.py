@@ -35,7 +35,7 @@ from kdiag.config import Config, ConfigError
 from kdiag.engine import CatalogError, Rule, default_rules_dir, load_catalog
 from kdiag.exporter import Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
-from kdiag.probe import HELP as PROBE_HELP
+from kdiag.probe_metrics import HELP as PROBE_HELP
 from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
