@@ -29,6 +29,7 @@ from kdiag.collectors.processes import ProcessesCollector
 from kdiag.collectors.softirqs import SoftirqsCollector
 from kdiag.collectors.softnet import SoftnetCollector
 from kdiag.collectors.stat import StatCollector
+from kdiag.collectors.statvfs import StatvfsCollector
 from kdiag.collectors.sysctl import SysctlCollector
 from kdiag.collectors.vmstat import VmstatCollector
 from kdiag.config import Config, ConfigError
@@ -56,7 +57,7 @@ def host_collectors(config: Config) -> list[Collector]:
     return [
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
         NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
-        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(),
+        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(),
         ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
         LoadgenCollector(config.loadgen.stats_dir),
     ]

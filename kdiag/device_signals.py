@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kdiag.collectors.blockdev import is_stacked
 from kdiag.history import History
-from kdiag.signals import Signals, latest_by, latest_per, one, put, rates_by, rates_per, ratio, shares, subject
+from kdiag.signals import Signals, latest_by, latest_per, one, put, rates_by, rates_per, ratio, series_change, shares, subject
 
 
 @subject("nic", {
@@ -79,6 +79,23 @@ def disk_media(device: str, rotational: float | None) -> str:
     return "hdd" if rotational == 1.0 else "ssd"
 
 
+FILL_SECONDS = 300.0
+
+
+def filesystem_space(history: History) -> dict[str, tuple[float, float, float | None]]:
+    """{mountpoint: (free share, available bytes, seconds until full at the recent growth or None)}."""
+    sizes = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_size_bytes", "mountpoint").items()}
+    out = {}
+    for labels, points, _ in history.series("kdiag_filesystem_avail_bytes"):
+        mountpoint, avail = labels.get("mountpoint", ""), points[-1][1]
+        if not sizes.get(mountpoint):
+            continue
+        change = series_change(points, FILL_SECONDS)
+        filling = change is not None and change[0] < 0 and change[1] > 0
+        out[mountpoint] = (avail / sizes[mountpoint], avail, avail / (-change[0] / change[1]) if filling else None)
+    return out
+
+
 @subject("disk", {
     "util": "share of time the device was busy (0-1), iostat's %util",
     "reads_per_second": "reads completed per second",
@@ -95,6 +112,9 @@ def disk_media(device: str, rotational: float | None) -> str:
     "stacked": "1 for a device-mapper (LVM) or md RAID device, whose disks below it are judged instead",
     "media": "hdd (rotational sd*/hd*), ssd, nvme, virtual (virtio, xen), or stacked",
     "log_fs_noatime": "1 when every filesystem holding a Kafka log dir on this device is mounted noatime, else 0",
+    "log_fs_free_share": "free share of the fullest filesystem holding a Kafka log dir on this device (0-1)",
+    "log_fs_avail_bytes": "bytes available on that filesystem",
+    "log_fs_seconds_to_full": f"seconds until that filesystem is full at its growth over the last {FILL_SECONDS:.0f} s",
 })
 def disk_signals(history: History, window: float) -> dict[str, Signals]:
     """iostat-style utilisation, throughput and latency per block device."""
@@ -111,10 +131,12 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
     schedulers = {dev: sched for dev, sched in latest_by(history, "kdiag_block_scheduler_info", "device", "scheduler")}
     log_dirs = latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint")
     noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
+    space = filesystem_space(history)
     out = {}
     for dev in sorted(busy):
         log_mounts = [m for d, m in log_dirs if d == dev]
         log_noatime = [noatime[m] for m in log_mounts if m in noatime]
+        fullest = min((space[m] for m in log_mounts if m in space), default=None)
         out[dev] = put(
             {"name": dev},
             util=min(busy[dev], 1.0),
@@ -132,6 +154,9 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
             stacked=float(is_stacked(dev)),
             media=disk_media(dev, one(rotational, dev)),
             log_fs_noatime=float(all(log_noatime)) if log_noatime else None,
+            log_fs_free_share=fullest[0] if fullest else None,
+            log_fs_avail_bytes=fullest[1] if fullest else None,
+            log_fs_seconds_to_full=fullest[2] if fullest else None,
         )
     return out
 
