@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kdiag import lab_cli
 
     lab_cli.add_parser(sub)
+    from kdiag import drill_cli
+
+    drill_cli.add_parser(sub)
     from kdiag import bench
 
     bench.add_parser(sub)

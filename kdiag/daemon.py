@@ -107,13 +107,15 @@ def load_rules(config: Config) -> list[Rule]:
     return load_catalog([Path(d) for d in config.rules_dirs] or [default_rules_dir()])
 
 
-def replay(recording: Recording, config: Config) -> State:
-    """Run every snapshot of a recording through a fresh pipeline; the last state is the diagnosis."""
+def replay(recording: Recording, config: Config, on_step: Callable[[State], None] | None = None) -> State:
+    """Run every snapshot of a recording through a fresh pipeline (each state to on_step); the last is the diagnosis."""
     collectors = CollectorSet(replay_collectors(config, recording))
     pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window)
     state = None
     for root in recording.roots():
         state = pipeline.step(root)
+        if on_step:
+            on_step(state)
     assert state is not None  # a Recording always has at least one snapshot
     return state
 

@@ -1,0 +1,302 @@
+"""The drill runner: one kdiag pipeline watches the cluster while each drill injects a fault and reverts it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdiag.collectors.meminfo import MeminfoCollector
+from kdiag.collectors.processes import ProcessesCollector
+from kdiag.collectors.stat import StatCollector
+from kdiag.config import load_config
+from kdiag.daemon import kafka_collectors, load_rules
+from kdiag.drills import Drill, Target
+from kdiag.pipeline import CollectorSet, Pipeline, State
+from kdiag.report_html import Timeline
+from kdiag.root import Root
+
+log = logging.getLogger(__name__)
+
+CYCLE_SECONDS = 1.0
+SIGNAL_WINDOW_SECONDS = 10.0
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived; the drill in progress has been reverted."""
+
+
+@dataclass
+class DrillResult:
+    """What one drill showed: detection, timings from the injection (resolved: from the revert), the revert."""
+
+    name: str
+    expected: list[str]
+    detected: bool = False
+    seconds_to_pending: float | None = None
+    seconds_to_firing: float | None = None
+    seconds_to_resolved: float | None = None
+    reverted: bool = False
+    false_attributions: list[str] = field(default_factory=list)
+    error: str = ""
+    replayed: str = ""
+    timeline: Timeline | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.detected and self.reverted and not self.false_attributions and not self.error
+
+    def to_json(self) -> dict[str, Any]:
+        """One drill in `kdiag drill run --json`."""
+        keys = ("name", "expected", "detected", "seconds_to_pending", "seconds_to_firing", "seconds_to_resolved",
+                "reverted", "false_attributions", "error", "replayed")
+        return {**{k: getattr(self, k) for k in keys}, "passed": self.passed}
+
+
+def first_time(rows: list[tuple[float, set[tuple[str, str, str]]]], rules: list[str], states: tuple[str, ...],
+               since: float) -> float | None:
+    """Seconds after `since` at which every rule of `rules` was first seen in one of `states` (on any subject)."""
+    for t, active in rows:
+        if t >= since and all(any(r == rule and s in states for r, _, s in active) for rule in rules):
+            return round(t - since, 1)
+    return None
+
+
+def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], expected: list[str],
+                       causes: set[str], baseline: set[tuple[str, str]], since: float) -> list[str]:
+    """Causes that fired after `since` but are not expected and were not already active at the baseline."""
+    found = {f"{r} ({s})" for t, active in rows if t >= since for r, s, state in active
+             if state == "firing" and r in causes and r not in expected and (r, s) not in baseline}
+    return sorted(found)
+
+
+class Monitor:
+    """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
+
+    def __init__(self, target: Target):
+        overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
+                     "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs}
+        config = load_config(None, overrides)
+        self.rules = load_rules(config)
+        # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
+        host = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs), MeminfoCollector(),
+                StatCollector()]
+        collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
+        self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
+        self.states: list[State] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="drill-monitor", daemon=True)
+
+    def _run(self) -> None:
+        root = Root()
+        while not self._stop.is_set():
+            start = time.monotonic()
+            try:
+                state = self.pipeline.step(root)
+            except Exception as e:  # one failed step must not end the watch
+                log.warning("drill monitor step failed: %s", e)
+            else:
+                with self._lock:
+                    self.states.append(frozen(state))
+            self._stop.wait(max(0.0, CYCLE_SECONDS - (time.monotonic() - start)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def since(self, t: float) -> list[State]:
+        with self._lock:
+            return [s for s in self.states if s.time >= t]
+
+    def latest(self) -> State | None:
+        with self._lock:
+            return self.states[-1] if self.states else None
+
+
+def frozen(state: State) -> State:
+    """A copy of the state whose diagnoses later steps cannot change (the engine updates them in place)."""
+    return dataclasses.replace(state, diagnoses=[dataclasses.replace(d) for d in state.diagnoses])
+
+
+def active_of(state: State) -> set[tuple[str, str, str]]:
+    """(rule, subject, state) of every active diagnosis."""
+    return {(d.rule.id, d.subject, d.state) for d in state.diagnoses}
+
+
+class Runner:
+    """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
+
+    def __init__(self, target: Target, timeout: float = 300.0, progress: Callable[[str], None] = print):
+        self.target = target
+        self.timeout = timeout
+        self.progress = progress
+        self.interrupted = 0
+        self.monitor: Monitor | None = None
+
+    @contextmanager
+    def signals_deferred(self) -> Iterator[None]:
+        """SIGINT/SIGTERM only note the request; waits act on it, never an injection or a revert half done."""
+        def note(signum, _frame) -> None:
+            self.interrupted = signum
+            self.progress(f"signal {signum}: reverting the drill in progress, then stopping")
+
+        old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+    def _wait(self, check: Callable[[], bool], timeout: float) -> bool:
+        """Poll check each cycle until true (True) or timeout (False); Interrupted once a signal came."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.interrupted:
+                raise Interrupted
+            if check():
+                return True
+            time.sleep(CYCLE_SECONDS / 2)
+        return False
+
+    def _active_now(self, t: float) -> set[tuple[str, str, str]]:
+        """Active diagnoses of the first state at or after t (waits for one)."""
+        self._wait(lambda: bool(self.monitor.since(t)), 120)
+        return active_of(self.monitor.since(t)[0])
+
+    def run(self, drills: list[Drill]) -> list[DrillResult]:
+        """Every drill in turn; stops after an interrupted one (its result is the last)."""
+        results: list[DrillResult] = []
+        with self.signals_deferred():
+            try:
+                for drill in drills:
+                    if drill.replay:
+                        results.append(run_replay(drill))
+                        continue
+                    if self.monitor is None:
+                        self.monitor = Monitor(self.target)
+                        self.monitor.start()
+                    result = DrillResult(drill.name, list(drill.expected))
+                    results.append(result)
+                    self.progress(f"drill {drill.name}: {drill.summary}")
+                    self._run_one(drill, result)
+                    self.progress(f"drill {drill.name}: {'passed' if result.passed else 'FAILED'}")
+            except Interrupted:
+                pass
+            finally:
+                if self.monitor:
+                    self.monitor.stop()
+        return results
+
+    def _run_one(self, drill: Drill, result: DrillResult) -> None:
+        m = self.monitor
+        causes = {r.id for r in m.rules if r.kind == "cause"}
+        # Warm up: rates need two snapshots and the baseline needs a judged one.
+        started = time.time()
+        self._wait(lambda: len(m.since(started)) >= 3, 120)
+        expected_active = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if r in drill.expected}  # noqa: E731
+        if not self._wait(lambda: not expected_active(), 90):
+            result.error = f"baseline: {', '.join(sorted(f'{r} ({s})' for r, s in expected_active()))} already active"
+            result.reverted = True  # nothing was injected
+            return
+        baseline = {(r, s) for r, s, _ in self._active_now(time.time())}
+        window_start = time.time()
+        stack = ExitStack()
+        try:
+            stack.enter_context(drill.inject(self.target))
+            injected = time.time()
+            self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
+            rows = lambda: [(s.time, active_of(s)) for s in m.since(injected)]  # noqa: E731
+            self._wait(lambda: first_time(rows(), drill.expected, ("firing",), injected) is not None,
+                       min(drill.timeout, self.timeout))
+        except Interrupted:
+            raise
+        except Exception as e:  # a failed injection still reverts and reports
+            result.error = f"{type(e).__name__}: {e}"
+            injected = time.time()
+        finally:
+            try:
+                stack.close()
+                result.reverted = True
+            except Exception as e:
+                result.error = result.error or f"revert failed: {type(e).__name__}: {e}"
+            reverted_at = time.time()
+            self.progress(f"drill {drill.name}: reverted, waiting for it to resolve")
+            self._finish(drill, result, injected, reverted_at, baseline, causes, window_start)
+
+    def _finish(self, drill: Drill, result: DrillResult, injected: float, reverted_at: float,
+                baseline: set[tuple[str, str]], causes: set[str], window_start: float) -> None:
+        """Wait for the expected rules to clear (unless interrupted), then fill in the result."""
+        m = self.monitor
+
+        def cleared() -> bool:
+            after = m.since(reverted_at + 0.01)
+            return bool(after) and not any(r in drill.expected for r, _, _ in active_of(after[-1]))
+
+        if not self.interrupted:
+            with suppress(Interrupted):
+                self._wait(cleared, drill.resolve_timeout)
+        states = m.since(window_start)
+        rows = [(s.time, active_of(s)) for s in states]
+        result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), injected)
+        result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), injected)
+        result.detected = result.seconds_to_firing is not None
+        ends = [t for t, active in rows if t > reverted_at and not any(r in drill.expected for r, _, _ in active)]
+        result.seconds_to_resolved = round(ends[0] - reverted_at, 1) if ends else None
+        result.false_attributions = false_attributions(rows, drill.expected, causes, baseline, injected)
+        result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
+                                               (injected, reverted_at))
+
+
+def run_replay(drill: Drill) -> DrillResult:
+    """A host fault the sandbox cannot make: its recording replayed through the same pipeline and report."""
+    from kdiag.daemon import replay
+    from kdiag.recording import Recording
+
+    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay))
+    if not drill.replay.is_dir():
+        result.error = f"recording {drill.replay} not found (it ships with the source tree)"
+        return result
+    states: list[State] = []
+    recording = Recording(drill.replay)
+    try:
+        replay(recording, load_config(None), on_step=lambda s: states.append(frozen(s)))
+    finally:
+        recording.close()
+    rows = [(s.time, active_of(s)) for s in states]
+    start = states[0].time
+    result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), start)
+    result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), start)
+    result.detected = result.seconds_to_firing is not None
+    causes = {d.rule.id for s in states for d in s.diagnoses if d.rule.kind == "cause"}
+    result.false_attributions = false_attributions(rows, drill.expected, causes, set(), start)
+    result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states,
+                                           drill.expected, None)
+    return result
+
+
+def table(results: list[DrillResult]) -> str:
+    """The terminal report: one row per drill."""
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    lines = [f"{'drill':22} {'expected':34} {'detected':8} {'pending':>7} {'firing':>7} {'resolved':>8} "
+             f"{'reverted':8} result"]
+    for r in results:
+        verdict = "ok" if r.passed else "FAILED"
+        notes = [f"false attributions: {', '.join(r.false_attributions)}"] if r.false_attributions else []
+        notes += [r.error] if r.error else []
+        notes += [f"replayed {r.replayed}"] if r.replayed else []
+        lines.append(f"{r.name:22} {','.join(r.expected):34} {'yes' if r.detected else 'no':8} "
+                     f"{num(r.seconds_to_pending):>7} {num(r.seconds_to_firing):>7} {num(r.seconds_to_resolved):>8} "
+                     f"{'yes' if r.reverted else 'no':8} {verdict}" + (f"  ({'; '.join(notes)})" if notes else ""))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,303 @@
+"""The drills: each injects one fault the way the field met it, through plain clients, configs or processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kdiag import lab
+
+RECORDINGS = Path(__file__).resolve().parent.parent / "tests" / "recordings"
+VICTIM_BROKER = 3
+
+
+@dataclass
+class Target:
+    """The cluster the drills run against; lab_dir is None for a cluster kdiag does not own."""
+
+    bootstrap: str
+    brokers: int
+    jmx: list[str] = field(default_factory=list)
+    lab_dir: Path | None = None
+    log_dirs: list[str] = field(default_factory=list)
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+
+@dataclass
+class Drill:
+    """One fault: what it changes, the rule ids that must name it, how to inject and revert it."""
+
+    name: str
+    summary: str
+    expected: list[str]
+    inject: Callable[[Target], AbstractContextManager] | None = None
+    brokers: int = 1
+    needs_lab: bool = False
+    replay: Path | None = None
+    timeout: float = 240.0
+    resolve_timeout: float = 120.0
+
+    def refusal(self, target: Target) -> str:
+        """Why this drill cannot run against target ('' when it can)."""
+        if self.replay:
+            return ""
+        if self.brokers > target.brokers:
+            return f"needs {self.brokers} brokers, the cluster has {target.brokers} (kdiag lab up --brokers 3)"
+        if self.needs_lab and target.lab_dir is None:
+            return "needs the kdiag lab: it stops broker processes or reads their log dirs"
+        return ""
+
+
+def assignment(target: Target, partitions: int) -> list[list[int]]:
+    """Replicas spread over every broker (replication factor min(3, brokers)), first replica rotating."""
+    n, rf = target.brokers, min(3, target.brokers)
+    return [[(p + i) % n + 1 for i in range(rf)] for p in range(partitions)]
+
+
+@contextmanager
+def topic(target: Target, name: str, replicas: list[list[int]], **config: str) -> Iterator[str]:
+    """A fresh topic for the drill, deleted at the end."""
+    admin = target.admin()
+    admin.delete_topics([name])[name].exception(timeout=30)
+    deadline = time.monotonic() + 60
+    while name in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.5)
+    try:
+        new = NewTopic(name, num_partitions=len(replicas), replica_assignment=replicas, config=config)
+        while (error := admin.create_topics([new])[name].exception(timeout=30)) is not None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cannot create topic {name}: {error}")
+            time.sleep(1)
+        yield name
+    finally:
+        admin.delete_topics([name])[name].exception(timeout=30)
+
+
+@contextmanager
+def in_background(loop: Callable[[threading.Event], None]) -> Iterator[None]:
+    """loop(stop) in a thread while the block runs."""
+    stop = threading.Event()
+    thread = threading.Thread(target=loop, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+def keyed_load(target: Target, name: str, rate: float = 1500.0) -> AbstractContextManager:
+    """Keyed produce traffic at about `rate` messages/s."""
+    def run(stop: threading.Event) -> None:
+        producer = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 5, "acks": "1"})
+        n = 0
+        while not stop.is_set():
+            for _ in range(int(rate / 20)):
+                producer.produce(name, key=f"k{n % 1000}".encode(), value=b"x" * 200)
+                n += 1
+            producer.poll(0)
+            time.sleep(0.05)
+        producer.flush(10)
+    return in_background(run)
+
+
+def record_by_record(target: Target, name: str) -> AbstractContextManager:
+    """A plain client sending 20-byte records one request each (linger.ms=0, batch.num.messages=1)."""
+    def run(stop: threading.Event) -> None:
+        producer = Producer({"bootstrap.servers": target.bootstrap, "acks": "1", "client.id": "unbatched-app",
+                             "linger.ms": 0, "batch.num.messages": 1})
+        while not stop.is_set():
+            for _ in range(200):
+                try:
+                    producer.produce(name, b"x" * 20)
+                except BufferError:
+                    break
+            producer.poll(0.001)
+        producer.flush(10)
+    return in_background(run)
+
+
+@contextmanager
+def consumers(target: Target, group: str, name: str, count: int, slow_every: float = 0.0, **conf) -> Iterator[None]:
+    """`count` members of one group; with slow_every, the last one polls only that often (past max.poll)."""
+    members = [Consumer({"bootstrap.servers": target.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         **conf}) for _ in range(count)]
+    for c in members:
+        c.subscribe([name])
+
+    def run(stop: threading.Event) -> None:
+        last_slow = 0.0
+        while not stop.is_set():
+            for c in members[:-1] if slow_every else members:
+                c.poll(0.1)
+            if slow_every and time.monotonic() - last_slow > slow_every:
+                members[-1].poll(0.2)
+                last_slow = time.monotonic()
+
+    try:
+        with in_background(run):
+            yield
+    finally:
+        for c in members:
+            c.close()
+        target.admin().delete_consumer_groups([group])[group].exception(timeout=30)
+
+
+def kafka_tool(target: Target, tool: str, *args: str) -> None:
+    """Run one of Kafka's own command-line tools (the lab's jars) in its own session, so Ctrl-C spares it."""
+    subprocess.run(["java", "-cp", lab.classpath(target.lab_dir), tool, "--bootstrap-server", target.bootstrap, *args],
+                   check=True, capture_output=True, timeout=120, start_new_session=True)
+
+
+@contextmanager
+def cluster_default(target: Target, name: str, value: str) -> Iterator[None]:
+    """A cluster-wide dynamic broker default set with kafka-configs, deleted at the end."""
+    alter = ("org.apache.kafka.tools.ConfigCommand", "--alter", "--entity-type", "brokers", "--entity-default")
+    try:
+        kafka_tool(target, *alter, "--add-config", f"{name}={value}")
+        yield
+    finally:
+        kafka_tool(target, *alter, "--delete-config", name)
+
+
+def preferred_leaders(target: Target) -> None:
+    """Move leadership back to the preferred replicas (after a broker came back)."""
+    kafka_tool(target, "org.apache.kafka.tools.LeaderElectionCommand", "--election-type", "preferred",
+               "--all-topic-partitions")
+
+
+@contextmanager
+def forced_fsync(target: Target) -> Iterator[None]:
+    with topic(target, "drill-forced-fsync", assignment(target, 3), **{"flush.messages": "1"}) as name, keyed_load(target, name):
+        yield
+
+
+@contextmanager
+def forced_fsync_broker(target: Target) -> Iterator[None]:
+    with topic(target, "drill-fsync-inherited", assignment(target, 3)) as name, \
+            cluster_default(target, "log.flush.interval.messages", "1"), keyed_load(target, name):
+        yield
+
+
+@contextmanager
+def leader_skew(target: Target) -> Iterator[None]:
+    with topic(target, "drill-leader-skew", [[1, 2, 3], [1, 3, 2]] * 3) as name, keyed_load(target, name):
+        yield
+
+
+@contextmanager
+def unbatched(target: Target) -> Iterator[None]:
+    with topic(target, "drill-unbatched", assignment(target, 1)) as name, record_by_record(target, name):
+        yield
+
+
+SCANNER = """
+import os, sys, time
+while True:
+    for d in sys.argv[1:]:
+        for root, _, files in os.walk(d):
+            for f in files:
+                try:
+                    with open(os.path.join(root, f), 'rb') as fh:
+                        while fh.read(1 << 20):
+                            pass
+                except OSError:
+                    pass
+    time.sleep(0.01)
+"""
+
+
+@contextmanager
+def log_dir_scanner(target: Target) -> Iterator[None]:
+    """A separate process re-reading every file of the log dirs, as a backup or stats script does."""
+    with topic(target, "drill-scanned", assignment(target, 3)) as name, keyed_load(target, name, rate=3000):
+        scanner = subprocess.Popen([sys.executable, "-c", SCANNER, *target.log_dirs], cwd=target.log_dirs[0],
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            yield
+        finally:
+            scanner.kill()
+            scanner.wait(30)
+
+
+def broker_pid(target: Target, node: int) -> int:
+    pid = lab.status(target.lab_dir)[1].get(node)
+    if not pid:
+        raise RuntimeError(f"broker {node} of the lab is not running")
+    return pid
+
+
+@contextmanager
+def broker_kill(target: Target) -> Iterator[None]:
+    try:
+        os.kill(broker_pid(target, VICTIM_BROKER), signal.SIGKILL)
+        yield
+    finally:
+        lab.start_node(VICTIM_BROKER, target.lab_dir)
+        preferred_leaders(target)
+
+
+@contextmanager
+def broker_freeze(target: Target) -> Iterator[None]:
+    pid = broker_pid(target, VICTIM_BROKER)
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        lab.start_node(VICTIM_BROKER, target.lab_dir)  # waits until every broker answers
+        preferred_leaders(target)
+
+
+@contextmanager
+def idle_consumers(target: Target) -> Iterator[None]:
+    with topic(target, "drill-idle", assignment(target, 1)) as name, consumers(target, "drill-idle-group", name, 3):
+        yield
+
+
+@contextmanager
+def consumer_rebalance(target: Target) -> Iterator[None]:
+    conf = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 6000}
+    with topic(target, "drill-rebalance", assignment(target, 2)) as name, \
+            consumers(target, "drill-rebalance-group", name, 2, slow_every=9.0, **conf):
+        yield
+
+
+DRILLS = [
+    Drill("forced-fsync", "topic drill-forced-fsync with flush.messages=1 under keyed load", ["forced_fsync"],
+          forced_fsync),
+    Drill("forced-fsync-broker", "cluster-wide log.flush.interval.messages=1 (kafka-configs --entity-default)",
+          ["forced_fsync_broker"], forced_fsync_broker),
+    Drill("leader-skew", "topic drill-leader-skew with every leader on broker 1, under load", ["partition_skew"],
+          leader_skew, brokers=3),
+    Drill("unbatched-producers", "a plain client sending records one by one (linger.ms=0, batch.num.messages=1)",
+          ["unbatched_producers"], unbatched),
+    Drill("log-dir-scanner", "a separate process re-reading the brokers' log dirs", ["foreign_io_scanner"],
+          log_dir_scanner, needs_lab=True),
+    Drill("idle-consumers", "3 consumers in one group on a 1-partition topic", ["consumer_members_idle"],
+          idle_consumers),
+    Drill("consumer-rebalance", "a consumer polling every 9 s with max.poll.interval.ms=6000",
+          ["consumer_rebalancing"], consumer_rebalance, timeout=400),
+    Drill("broker-kill", f"kill -9 broker {VICTIM_BROKER}, then start it", ["broker_down"], broker_kill,
+          brokers=3, needs_lab=True, resolve_timeout=240),
+    Drill("broker-freeze", f"SIGSTOP broker {VICTIM_BROKER}, then SIGCONT", ["broker_down"], broker_freeze,
+          brokers=3, needs_lab=True, resolve_timeout=240),
+    Drill("nic-irq-on-cpu0", "replayed: the sandbox cannot move NIC IRQs", ["nic_irq_on_cpu0"],
+          replay=RECORDINGS / "nic-irq-on-cpu0"),
+    Drill("swap-in-use", "replayed: this machine has no swap to fill", ["swap_in_use"],
+          replay=RECORDINGS / "swap-in-use"),
+]
+BY_NAME = {d.name: d for d in DRILLS}
