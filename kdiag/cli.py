@@ -83,15 +83,26 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from kdiag.daemon import load_rules, recorded_collectors, replay
     from kdiag.pipeline import CollectorSet, Pipeline
     from kdiag.report import render_text
+    from kdiag.report_html import frozen
     from kdiag.root import Root
 
     config = _config(args)
+    if args.format == "html" and not (args.from_ and args.output):
+        print("kdiag: --format html needs --from RECORDING and -o PATH", file=sys.stderr)
+        return 2
     if args.from_:
         recording = Recording(args.from_)
+        states = []
         try:
-            state = replay(recording, config)
+            state = replay(recording, config, on_step=lambda s: states.append(frozen(s)))
         finally:
             recording.close()
+        if args.format == "html":
+            from kdiag.report_html import recording_report
+
+            Path(args.output).write_text(recording_report(str(args.from_), states))
+            print(f"HTML report written to {args.output}")
+            return 0
     else:
         # Live: sample a short window so rates and `for` durations have something to stand on.
         pipeline = Pipeline(CollectorSet(recorded_collectors(config)), load_rules(config), socket.gethostname(),
@@ -158,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     _kafka(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="a recording directory or .tar.gz")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json", "html"), default="text")
+    p.add_argument("-o", "--output", help="with --format html: the HTML file to write")
     p.add_argument("--duration", type=_duration, default=15.0, help="live: how long to sample (default 15s)")
     p.add_argument("--step", type=_interval, default=3.0, help="live: time between samples (default 3s)")
     p.set_defaults(func=cmd_diagnose)

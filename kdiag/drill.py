@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import threading
@@ -19,13 +18,14 @@ from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.drills import Drill, Target
 from kdiag.pipeline import CollectorSet, Pipeline, State
-from kdiag.report_html import Timeline
+from kdiag.report_html import Timeline, frozen
 from kdiag.root import Root
 
 log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 1.0
 SIGNAL_WINDOW_SECONDS = 10.0
+KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
 
 
 class Interrupted(Exception):
@@ -76,6 +76,11 @@ def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], expe
     return sorted(found)
 
 
+def cluster_causes(rules) -> set[str]:
+    """Causes a drill can be blamed for: the cluster's own, and processes in its log dirs, not this shared host's."""
+    return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
+
+
 class Monitor:
     """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
 
@@ -121,11 +126,6 @@ class Monitor:
     def latest(self) -> State | None:
         with self._lock:
             return self.states[-1] if self.states else None
-
-
-def frozen(state: State) -> State:
-    """A copy of the state whose diagnoses later steps cannot change (the engine updates them in place)."""
-    return dataclasses.replace(state, diagnoses=[dataclasses.replace(d) for d in state.diagnoses])
 
 
 def active_of(state: State) -> set[tuple[str, str, str]]:
@@ -199,7 +199,7 @@ class Runner:
 
     def _run_one(self, drill: Drill, result: DrillResult) -> None:
         m = self.monitor
-        causes = {r.id for r in m.rules if r.kind == "cause"}
+        causes = cluster_causes(m.rules)
         # Warm up: rates need two snapshots and the baseline needs a judged one.
         started = time.time()
         self._wait(lambda: len(m.since(started)) >= 3, 120)

@@ -153,7 +153,8 @@ def consumers(target: Target, group: str, name: str, count: int, slow_every: flo
     finally:
         for c in members:
             c.close()
-        target.admin().delete_consumer_groups([group])[group].exception(timeout=30)
+        admin = target.admin()  # held: a client dropped mid-request never completes its futures
+        admin.delete_consumer_groups([group])[group].exception(timeout=60)
 
 
 def kafka_tool(target: Target, tool: str, *args: str) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 from dataclasses import dataclass, field
 
-from kdiag.engine import GLOBAL_SUBJECTS
+from kdiag.engine import GLOBAL_SUBJECTS, Rule
 from kdiag.pipeline import State
 
 WIDTH, LEFT, RIGHT = 960, 250, 20
@@ -29,17 +30,13 @@ class Timeline:
     @classmethod
     def from_states(cls, title: str, states: list[State], focus: list[str] | None,
                     fault: tuple[float, float] | None) -> Timeline:
-        """Lanes for every diagnosis seen; series of the evidence of the focus rules' diagnoses (all with None)."""
+        """Lanes for the focus rules and every cause or symptom seen; series of the focus rules' evidence."""
         times = [s.time for s in states] or [0.0]
         timeline = cls(title, times[0], times[-1], fault)
-        seen = {}
-        for s in states:
-            for d in s.diagnoses:
-                seen.setdefault((d.rule.id, d.subject), d.rule)
-        for (rule_id, subject), rule in seen.items():
-            timeline.lanes[f"{rule_id} · {subject}"] = [
-                (s.time, next((d.state for d in s.diagnoses if (d.rule.id, d.subject) == (rule_id, subject)), ""))
-                for s in states]
+        for (rule_id, subject), rule in seen(states).items():
+            if focus is not None and rule_id not in focus and rule.kind == "lint":
+                continue  # standing lints of the machine say nothing about the fault
+            timeline.lanes[f"{rule_id} · {subject}"] = lane(states, rule_id, subject)
             if focus is None or rule_id in focus:
                 for name, points in evidence_series(rule, subject, states).items():
                     if len(timeline.series) < MAX_CHARTS:
@@ -47,7 +44,27 @@ class Timeline:
         return timeline
 
 
-def evidence_series(rule, subject: str, states: list[State]) -> dict[str, list[tuple[float, float]]]:
+def frozen(state: State) -> State:
+    """A copy of the state whose diagnoses later steps cannot change (the engine updates them in place)."""
+    return dataclasses.replace(state, diagnoses=[dataclasses.replace(d) for d in state.diagnoses])
+
+
+def seen(states: list[State]) -> dict[tuple[str, str], Rule]:
+    """Every (rule id, subject) active in any state, in order of appearance."""
+    found: dict[tuple[str, str], Rule] = {}
+    for s in states:
+        for d in s.diagnoses:
+            found.setdefault((d.rule.id, d.subject), d.rule)
+    return found
+
+
+def lane(states: list[State], rule_id: str, subject: str) -> list[tuple[float, str]]:
+    """The diagnosis's state ('' when not active) at every state's time."""
+    return [(s.time, next((d.state for d in s.diagnoses if (d.rule.id, d.subject) == (rule_id, subject)), ""))
+            for s in states]
+
+
+def evidence_series(rule: Rule, subject: str, states: list[State]) -> dict[str, list[tuple[float, float]]]:
     """The rule's numeric evidence signals for the subject at every state, as the engine would quote them."""
     series: dict[str, list[tuple[float, float]]] = {}
     for s in states:
@@ -119,3 +136,19 @@ def render(title: str, sections: list[tuple[Timeline, str]]) -> str:
             f"<h1>{html.escape(title)}</h1><p>{legend}"
             '<span style="background:#cfe2ff;padding:0 6px">fault window</span></p>'
             f"{body}</body></html>\n")
+
+
+def recording_report(source: str, states: list[State]) -> str:
+    """The page for a replayed recording: every diagnosis's states, then each one's evidence over the recording."""
+    start, end = states[0].time, states[-1].time
+    overview = Timeline.from_states(f"recording {source}: every diagnosis", states, [], None)
+    sections = [(overview, f"{len(states)} snapshots over {end - start:.0f} s")]
+    for (rule_id, subject), rule in seen(states).items():
+        if rule.kind == "lint":
+            continue
+        final = lane(states, rule_id, subject)[-1][1] or "resolved"
+        tl = Timeline(f"{rule_id} · {subject}", start, end, lanes={rule_id: lane(states, rule_id, subject)},
+                      series=dict(list(evidence_series(rule, subject, states).items())[:MAX_CHARTS]))
+        last = next(d for s in reversed(states) for d in s.diagnoses if (d.rule.id, d.subject) == (rule_id, subject))
+        sections.append((tl, f"{rule.kind}, {final} at the end: {last.summary}"))
+    return render(f"kdiag diagnosis of {source}", sections)
