@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import shutil
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.drill import DrillResult, false_attributions, first_time, table
+from kdiag.drill import DrillResult, Interrupted, Runner, false_attributions, first_time, table
 from kdiag.drills import BY_NAME, Target, assignment
 
 RECORDINGS = Path(__file__).parent / "recordings"
@@ -121,3 +123,14 @@ def test_diagnose_html_of_a_recording_plots_each_diagnosis_evidence(tmp_path):
     dom = chromium_check(page, tmp_path)
     assert "foreign_io_scanner · pid" in dom and dom.count('class="timeline"') == 2
     assert dom.count('class="signal"') == 3  # read_bytes, rchar and the page cache change
+
+
+def test_sigint_and_sigterm_are_only_noted_until_a_wait_acts_on_them():
+    runner = Runner(Target("127.0.0.1:1", 1), progress=lambda _: None)
+    with runner.signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)  # a revert running here would go on: nothing is raised
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert runner.interrupted == signal.SIGTERM
+        with pytest.raises(Interrupted):
+            runner._wait(lambda: False, 5)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

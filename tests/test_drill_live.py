@@ -137,3 +137,18 @@ def test_every_drill(cluster, tmp_path):
     results = drill("--all", "--html", str(tmp_path / "drills.html"), timeout=2400)
     assert_passed([r for r in results if not r["replayed"]], [r["name"] for r in results if not r["replayed"]])
     assert not cluster_whole(cluster), cluster_whole(cluster)
+
+
+def test_a_drill_that_times_out_still_reverts(cluster, monkeypatch):
+    from kdiag.drill import Runner
+    from kdiag.drills import Drill, forced_fsync
+
+    monkeypatch.setenv("KDIAG_LAB_DIR", cluster["dir"])
+    from kdiag.drill_cli import lab_target
+
+    # forced_fsync injected, but a rule it cannot fire expected: the wait times out, the revert still runs.
+    never = Drill("never", "forced fsync expecting swap", ["swap_in_use"], forced_fsync, timeout=15,
+                  resolve_timeout=5)
+    [result] = Runner(lab_target(), progress=lambda _: None).run([never])
+    assert not result.detected and result.reverted and not result.error
+    assert not cluster_whole(cluster), cluster_whole(cluster)
