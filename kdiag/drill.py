@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 1.0
 SIGNAL_WINDOW_SECONDS = 10.0
+LEAD_SECONDS = 10.0  # the timeline starts this long before the injection
 KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
 
 
@@ -245,7 +246,7 @@ class Runner:
         if not self.interrupted:
             with suppress(Interrupted):
                 self._wait(cleared, drill.resolve_timeout)
-        states = m.since(window_start)
+        states = m.since(min(window_start, injected - LEAD_SECONDS))
         rows = [(s.time, active_of(s)) for s in states]
         result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), injected)
         result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), injected)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from kdiag.engine import GLOBAL_SUBJECTS, Rule
 from kdiag.pipeline import State
 
-WIDTH, LEFT, RIGHT = 960, 250, 20
+WIDTH, LEFT, RIGHT = 1000, 330, 20
 LANE, CHART = 20, 60
 COLORS = {"pending": "#f0ad4e", "firing": "#d9534f"}
 MAX_CHARTS = 8
