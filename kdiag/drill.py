@@ -117,8 +117,12 @@ class Monitor:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the watch and the collectors' own processes (JmxTool readers)."""
         self._stop.set()
         self._thread.join(30)
+        for c in self.pipeline.collectors.collectors:
+            if hasattr(c, "close"):
+                c.close()
 
     def since(self, t: float) -> list[State]:
         with self._lock:

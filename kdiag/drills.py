@@ -99,14 +99,14 @@ def in_background(loop: Callable[[threading.Event], None]) -> Iterator[None]:
         thread.join(30)
 
 
-def keyed_load(target: Target, name: str, rate: float = 1500.0) -> AbstractContextManager:
-    """Keyed produce traffic at about `rate` messages/s."""
+def keyed_load(target: Target, name: str, rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager:
+    """Produce traffic at about `rate` messages/s over `keys` keys."""
     def run(stop: threading.Event) -> None:
         producer = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 5, "acks": "1"})
         n = 0
         while not stop.is_set():
             for _ in range(int(rate / 20)):
-                producer.produce(name, key=f"k{n % 1000}".encode(), value=b"x" * 200)
+                producer.produce(name, key=f"k{n % keys}".encode(), value=b"x" * 200)
                 n += 1
             producer.poll(0)
             time.sleep(0.05)
@@ -200,6 +200,23 @@ def leader_skew(target: Target) -> Iterator[None]:
 
 
 @contextmanager
+def hot_key(target: Target) -> Iterator[None]:
+    with topic(target, "drill-hot-key", assignment(target, 3)) as name, keyed_load(target, name, keys=1):
+        yield
+
+
+@contextmanager
+def follower_stopped(target: Target) -> Iterator[None]:
+    with topic(target, "drill-follower", assignment(target, 3)) as name, keyed_load(target, name, rate=300):
+        try:
+            lab.stop_node(VICTIM_BROKER, target.lab_dir)
+            yield
+        finally:
+            lab.start_node(VICTIM_BROKER, target.lab_dir)
+            preferred_leaders(target)
+
+
+@contextmanager
 def unbatched(target: Target) -> Iterator[None]:
     with topic(target, "drill-unbatched", assignment(target, 1)) as name, record_by_record(target, name):
         yield
@@ -284,6 +301,8 @@ DRILLS = [
           ["forced_fsync_broker"], forced_fsync_broker),
     Drill("leader-skew", "topic drill-leader-skew with every leader on broker 1, under load", ["partition_skew"],
           leader_skew, brokers=3),
+    Drill("hot-key", "topic drill-hot-key with balanced leaders and every record under one key", ["partition_skew"],
+          hot_key, brokers=3),
     Drill("unbatched-producers", "a plain client sending records one by one (linger.ms=0, batch.num.messages=1)",
           ["unbatched_producers"], unbatched),
     Drill("log-dir-scanner", "a separate process re-reading the brokers' log dirs", ["foreign_io_scanner"],
@@ -296,6 +315,9 @@ DRILLS = [
           brokers=3, needs_lab=True, resolve_timeout=240),
     Drill("broker-freeze", f"SIGSTOP broker {VICTIM_BROKER}, then SIGCONT", ["broker_down"], broker_freeze,
           brokers=3, needs_lab=True, resolve_timeout=240),
+    Drill("follower-stopped", f"stop broker {VICTIM_BROKER} (controlled shutdown) under load, then start it",
+          ["under_replicated_partitions", "broker_down"], follower_stopped, brokers=3, needs_lab=True,
+          resolve_timeout=240),
     Drill("nic-irq-on-cpu0", "replayed: the sandbox cannot move NIC IRQs", ["nic_irq_on_cpu0"],
           replay=RECORDINGS / "nic-irq-on-cpu0"),
     Drill("swap-in-use", "replayed: this machine has no swap to fill", ["swap_in_use"],

@@ -42,14 +42,14 @@ def drill(*args: str, timeout: float = 900) -> list[dict]:
 
 
 def scanners(cluster: dict) -> list[int]:
-    """Pids of processes other than the brokers with the lab's log dirs on their command line."""
+    """Pids of the log-dir-scanner drill's processes (its code and the lab's log dirs on their command line)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(cluster["dir"].encode() in a for a in argv) and not any(b"kafka.Kafka" in a for a in argv):
+        if any(cluster["dir"].encode() in a for a in argv) and any(b"os.walk" in a for a in argv):
             found.append(int(proc.name))
     return found
 
@@ -152,3 +152,14 @@ def test_a_drill_that_times_out_still_reverts(cluster, monkeypatch):
     [result] = Runner(lab_target(), progress=lambda _: None).run([never])
     assert not result.detected and result.reverted and not result.error
     assert not cluster_whole(cluster), cluster_whole(cluster)
+
+
+def test_another_cluster_gets_a_plan_and_no_fault_without_the_explicit_flag(cluster):
+    run = subprocess.run([sys.executable, "-m", "kdiag", "drill", "run", "forced-fsync", "broker-kill", "--against",
+                          cluster["bootstrap"]], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    assert f"plan for {cluster['bootstrap']} (3 brokers)" in run.stderr
+    assert "  forced-fsync: topic drill-forced-fsync with flush.messages=1 under keyed load\n" in run.stderr
+    assert "broker-kill: kill -9 broker 3, then start it [refused: needs the kdiag lab" in run.stderr
+    assert run.stderr.strip().endswith("add --yes-inject-faults to inject these faults")
+    assert "drill-forced-fsync" not in AdminClient({"bootstrap.servers": cluster["bootstrap"]}).list_topics(timeout=30).topics
