@@ -6,7 +6,10 @@ import json
 import sys
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from kdiag import lab
+from kdiag.lab_jars import LabError
 from kdiag.drills import BY_NAME, DRILLS, Drill, Target
 
 
@@ -31,7 +34,8 @@ def remote_target(bootstrap: str, jmx: list[str]) -> Target:
     """A cluster kdiag does not own: its broker count asked from the cluster."""
     from confluent_kafka.admin import AdminClient
 
-    brokers = len(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).brokers)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})  # the one error line is ours
+    brokers = len(admin.list_topics(timeout=15).brokers)
     return Target(bootstrap, brokers, jmx)
 
 
@@ -58,10 +62,12 @@ def cmd_run(args) -> int:
     drills = _chosen(args)
     if drills is None:
         return 2
-    if args.against == "lab":
-        target = lab_target()
-    else:
-        target = remote_target(args.against, args.jmx or [])
+    try:
+        target = lab_target() if args.against == "lab" else remote_target(args.against, args.jmx or [])
+    except (LabError, KafkaException) as e:
+        _say(f"kdiag: cannot reach the cluster to drill: {e}")
+        return 1
+    if args.against != "lab":
         _say(f"plan for {args.against} ({target.brokers} brokers): each drill changes exactly this, then reverts it:")
         for d in drills:
             _say(f"  {d.name}: {d.summary}" + (f" [refused: {r}]" if (r := d.refusal(target)) else ""))

@@ -133,8 +133,9 @@ def record_by_record(target: Target, name: str) -> AbstractContextManager:
 @contextmanager
 def consumers(target: Target, group: str, name: str, count: int, slow_every: float = 0.0, **conf) -> Iterator[None]:
     """`count` members of one group; with slow_every, the last one polls only that often (past max.poll)."""
+    # log_level 3: the slow member's "maximum poll interval exceeded" warning is the drill, not news.
     members = [Consumer({"bootstrap.servers": target.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                         **conf}) for _ in range(count)]
+                         "log_level": 3, **conf}) for _ in range(count)]
     for c in members:
         c.subscribe([name])
 
