@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdiag.alertmanager import AlertPusher
 from kdiag.collectors.meminfo import MeminfoCollector
 from kdiag.collectors.processes import ProcessesCollector
 from kdiag.collectors.stat import StatCollector
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 1.0
 SIGNAL_WINDOW_SECONDS = 10.0
+ALERT_INSTANCE = "kdiag-drill"  # the instance label of the drills' alerts
 LEAD_SECONDS = 10.0  # the timeline starts this long before the injection
 KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
 
@@ -43,6 +47,7 @@ class DrillResult:
     seconds_to_pending: float | None = None
     seconds_to_firing: float | None = None
     seconds_to_resolved: float | None = None
+    seconds_to_alert: float | None = None
     reverted: bool = False
     false_attributions: list[str] = field(default_factory=list)
     error: str = ""
@@ -55,8 +60,8 @@ class DrillResult:
 
     def to_json(self) -> dict[str, Any]:
         """One drill in `kdiag drill run --json`."""
-        keys = ("name", "expected", "detected", "seconds_to_pending", "seconds_to_firing", "seconds_to_resolved",
-                "reverted", "false_attributions", "error", "replayed")
+        keys = ("name", "expected", "detected", "seconds_to_pending", "seconds_to_firing", "seconds_to_alert",
+                "seconds_to_resolved", "reverted", "false_attributions", "error", "replayed")
         return {**{k: getattr(self, k) for k in keys}, "passed": self.passed}
 
 
@@ -82,10 +87,22 @@ def cluster_causes(rules) -> set[str]:
     return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
 
 
+def alerts_active(alertmanager: str, rules: list[str]) -> bool:
+    """Whether Alertmanager holds an active alert, with its summary annotation, for each of the rules."""
+    try:
+        with urllib.request.urlopen(f"{alertmanager}/api/v2/alerts?active=true", timeout=5) as response:
+            alerts = json.load(response)
+    except (OSError, ValueError):
+        return False
+    named = {a["labels"].get("rule") for a in alerts
+             if a["labels"].get("instance") == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
+    return all(rule in named for rule in rules)
+
+
 class Monitor:
     """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
 
-    def __init__(self, target: Target):
+    def __init__(self, target: Target, alertmanager: str = ""):
         overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
                      "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs}
         config = load_config(None, overrides)
@@ -96,6 +113,7 @@ class Monitor:
         collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
         self.states: list[State] = []
+        self.pusher = AlertPusher(alertmanager, ALERT_INSTANCE, resend_interval=10.0) if alertmanager else None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="drill-monitor", daemon=True)
@@ -111,15 +129,21 @@ class Monitor:
             else:
                 with self._lock:
                     self.states.append(frozen(state))
+                if self.pusher:
+                    self.pusher.offer(state)
             self._stop.wait(max(0.0, CYCLE_SECONDS - (time.monotonic() - start)))
 
     def start(self) -> None:
+        if self.pusher:
+            self.pusher.start()
         self._thread.start()
 
     def stop(self) -> None:
         """End the watch and the collectors' own processes (JmxTool readers)."""
         self._stop.set()
         self._thread.join(30)
+        if self.pusher:
+            self.pusher.stop()
         for c in self.pipeline.collectors.collectors:
             if hasattr(c, "close"):
                 c.close()
@@ -141,8 +165,10 @@ def active_of(state: State) -> set[tuple[str, str, str]]:
 class Runner:
     """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
 
-    def __init__(self, target: Target, timeout: float = 300.0, progress: Callable[[str], None] = print):
+    def __init__(self, target: Target, timeout: float = 300.0, progress: Callable[[str], None] = print,
+                 alertmanager: str = ""):
         self.target = target
+        self.alertmanager = alertmanager.rstrip("/")
         self.timeout = timeout
         self.progress = progress
         self.interrupted = 0
@@ -188,7 +214,7 @@ class Runner:
                         results.append(run_replay(drill))
                         continue
                     if self.monitor is None:
-                        self.monitor = Monitor(self.target)
+                        self.monitor = Monitor(self.target, self.alertmanager)
                         self.monitor.start()
                     result = DrillResult(drill.name, list(drill.expected))
                     results.append(result)
@@ -221,8 +247,12 @@ class Runner:
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
             rows = lambda: [(s.time, active_of(s)) for s in m.since(injected)]  # noqa: E731
-            self._wait(lambda: first_time(rows(), drill.expected, ("firing",), injected) is not None,
-                       min(drill.timeout, self.timeout))
+            fired = self._wait(lambda: first_time(rows(), drill.expected, ("firing",), injected) is not None,
+                               min(drill.timeout, self.timeout))
+            if fired and self.alertmanager:
+                alerted = self._wait(lambda: alerts_active(self.alertmanager, drill.expected), 120)
+                result.seconds_to_alert = round(time.time() - injected, 1) if alerted else None
+                result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
         except Interrupted:
             raise
         except Exception as e:  # a failed injection still reverts and reports

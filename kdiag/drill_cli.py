@@ -75,7 +75,7 @@ def cmd_run(args) -> int:
             _say("kdiag: not a kdiag lab: add --yes-inject-faults to inject these faults")
             return 2
     refused = {d.name: r for d in drills if (r := d.refusal(target))}
-    runner = Runner(target, args.timeout, _say)
+    runner = Runner(target, args.timeout, _say, args.alertmanager or "")
     results = runner.run([d for d in drills if d.name not in refused])
     results += [DrillResult(n, BY_NAME[n].expected, reverted=True, error=f"refused: {r}") for n, r in refused.items()]
     if args.json:
@@ -94,7 +94,8 @@ def cmd_run(args) -> int:
 
 def _note(r) -> str:
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in (("pending", r.seconds_to_pending), ("firing", r.seconds_to_firing),
-                                                       ("resolved", r.seconds_to_resolved)) if v is not None)
+                                                       ("alert", r.seconds_to_alert), ("resolved", r.seconds_to_resolved))
+                       if v is not None)
     verdict = "passed" if r.passed else "FAILED"
     extra = f"; false attributions: {', '.join(r.false_attributions)}" if r.false_attributions else ""
     return f"expected {', '.join(r.expected)}: {verdict} ({timing or 'not detected'}){extra}"
@@ -115,5 +116,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--yes-inject-faults", action="store_true", help="required to inject faults into a non-lab cluster")
     p.add_argument("--json", action="store_true", help="one JSON object per drill on stdout")
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report with a timeline per drill")
+    p.add_argument("--alertmanager", metavar="URL", help="push diagnoses there and wait for each drill's alert")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a diagnosis (default 300)")
     p.set_defaults(func=cmd_run)

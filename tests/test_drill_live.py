@@ -163,3 +163,18 @@ def test_another_cluster_gets_a_plan_and_no_fault_without_the_explicit_flag(clus
     assert "broker-kill: kill -9 broker 3, then start it [refused: needs the kdiag lab" in run.stderr
     assert run.stderr.strip().endswith("add --yes-inject-faults to inject these faults")
     assert "drill-forced-fsync" not in AdminClient({"bootstrap.servers": cluster["bootstrap"]}).list_topics(timeout=30).topics
+
+
+def test_with_alertmanager_the_drill_waits_for_the_alert_and_its_annotations(cluster, tmp_path):
+    from promstack import Shared, Stack
+
+    shared = Shared.from_env()
+    stack = None if shared else Stack(tmp_path)
+    try:
+        url = shared.alertmanager if shared else stack.alertmanager(
+            {"route": {"receiver": "none"}, "receivers": [{"name": "none"}]})
+        [result] = drill("forced-fsync", "--alertmanager", url)
+        assert result["passed"] and result["seconds_to_alert"] >= result["seconds_to_firing"], result
+    finally:
+        if stack:
+            stack.close()
