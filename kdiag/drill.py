@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CYCLE_SECONDS = 1.0
 SIGNAL_WINDOW_SECONDS = 10.0
+JMX_POLL_SECONDS = 2.0
 ALERT_INSTANCE = "kdiag-drill"  # the instance label of the drills' alerts
 LEAD_SECONDS = 10.0  # the timeline starts this long before the injection
 KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
@@ -110,7 +111,11 @@ class Monitor:
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
         host = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs), MeminfoCollector(),
                 StatCollector()]
-        collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
+        kafka = kafka_collectors(config)
+        if "jmx" in kafka:
+            # The daemon's 10 s JMX poll leaves one row in a 10 s window: rates read 0 and restart the rules' `for`.
+            kafka["jmx"].poll_interval = JMX_POLL_SECONDS
+        collectors = CollectorSet(host + list(kafka.values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
         self.states: list[State] = []
         self.pusher = AlertPusher(alertmanager, ALERT_INSTANCE, resend_interval=10.0) if alertmanager else None
