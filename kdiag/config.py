@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 import yaml
 
 from kdiag.engine import parse_duration
+from kdiag.kafka_client import ClientConfigError, ClientSettings
 from kdiag.probe import ProbeConfig
 
 
@@ -41,6 +44,31 @@ class KafkaConfig:
     max_partition_series: int = 2000
     # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the `kdiag lab` jars.
     jmx_classpath: str = ""
+    # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
+    client: dict[str, Any] = field(default_factory=dict)
+    jmx_username: str = ""
+    jmx_password_file: str = ""
+    jmx_ssl: bool = False
+    jmx_truststore: str = ""
+    jmx_truststore_password_file: str = ""
+
+    @functools.cached_property
+    def client_settings(self) -> ClientSettings:
+        """kafka.client with its files read and ${VAR}s expanded; ClientConfigError names a bad key."""
+        return ClientSettings.resolve(self.client)
+
+    def validate(self) -> None:
+        """Client settings librdkafka accepts, and JMX credential files that can be read."""
+        try:
+            self.client_settings.check()
+        except ClientConfigError as e:
+            raise ConfigError(str(e)) from None
+        if self.jmx_username and not self.jmx_password_file:
+            raise ConfigError("kafka.jmx_username: set kafka.jmx_password_file too")
+        for name in ("jmx_password_file", "jmx_truststore", "jmx_truststore_password_file"):
+            path = getattr(self, name)
+            if path and not os.access(path, os.R_OK):
+                raise ConfigError(f"kafka.{name}: cannot read {path}")
 
 
 @dataclass
@@ -94,6 +122,7 @@ class Config:
             raise ConfigError(f"probe.{e}") from None
         if self.kafka.jmx and not self.kafka.bootstrap_servers:
             raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
+        self.kafka.validate()
         if self.alertmanager.url and not self.alertmanager.url.startswith(("http://", "https://")):
             raise ConfigError(f"alertmanager.url: '{self.alertmanager.url}' is not an http(s) URL")
 
@@ -107,6 +136,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             return Duration(parse_duration(value))
         except ValueError as e:
             raise ConfigError(f"{path}: {e}") from None
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+        return dict(value)
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")

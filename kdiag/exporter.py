@@ -17,6 +17,7 @@ from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 
 log = logging.getLogger(__name__)
 
+MAX_REASON = 300
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
 
 
@@ -66,8 +67,12 @@ class StateCollector:
         duration = Metric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}", "gauge")
         last = Metric("kdiag_collector_last_success_timestamp_seconds",
                       f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
+        error = Metric("kdiag_collector_last_error_info", "why the collector is failing now (always 1; absent while it works)",
+                       "gauge")
         for name, h in sorted(self.state.health.items()):
             success.add_sample("kdiag_collector_success", {"collector": name}, float(h.success))
+            if not h.success and h.error:
+                error.add_sample("kdiag_collector_last_error_info", {"collector": name, "reason": h.error[:MAX_REASON]}, 1.0)
             duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
             if h.last_success is not None:
                 last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
@@ -75,7 +80,7 @@ class StateCollector:
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
         info = Metric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
-        return [success, duration, last, cycle, info]
+        return [success, duration, last, error, cycle, info]
 
     def _diagnoses(self):
         active = Metric("kdiag_diagnosis_active",
@@ -89,6 +94,12 @@ class StateCollector:
                     evidence.add_sample("kdiag_diagnosis_evidence",
                                         {"rule": d.rule.id, "subject": d.subject, "signal": signal}, value)
         return [active, evidence]
+
+
+def healthz_text(state: State) -> bytes:
+    """/healthz: "ok" (the exporter serves), then one line per failing collector with its reason."""
+    failing = [f"{name}: {h.error[:MAX_REASON]}" for name, h in sorted(state.health.items()) if not h.success and h.error]
+    return "\n".join(["ok", *failing]).encode() + b"\n"
 
 
 def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
@@ -107,6 +118,7 @@ class Published:
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
+        self.healthz = b"starting\n"
         self.ready = False
 
     def publish(self, state: State, help_text: dict[str, str]) -> None:
@@ -114,6 +126,7 @@ class Published:
         metrics = render_metrics(state, help_text)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
+        self.healthz = healthz_text(state)
         self.ready = True
 
 
@@ -132,8 +145,7 @@ def _handler(published: Published) -> type[BaseHTTPRequestHandler]:
             elif path == "/api/diagnoses":
                 self._send(200, "application/json", published.diagnoses)
             elif path == "/healthz":
-                ok = published.ready
-                self._send(200 if ok else 503, "text/plain", b"ok\n" if ok else b"starting\n")
+                self._send(200 if published.ready else 503, "text/plain", published.healthz)
             elif path == "/":
                 self._send(200, "text/html", b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
                                              b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')

@@ -31,6 +31,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdiag.kafka_client import ClientSettings, ErrorLog
 from kdiag.sample import COUNTER, GAUGE, HISTOGRAM, Sample, sample
 
 log = logging.getLogger(__name__)
@@ -239,8 +240,10 @@ class _Backoff:
 class ProbeService:
     """The probe's threads and the metrics they keep; start() never raises, samples() is cheap."""
 
-    def __init__(self, bootstrap_servers: str, config: ProbeConfig, instance: str):
+    def __init__(self, bootstrap_servers: str, config: ProbeConfig, instance: str, settings: ClientSettings | None = None):
         self.bootstrap = bootstrap_servers
+        self.settings = settings or ClientSettings()
+        self.client_errors = ErrorLog(self.settings, bootstrap_servers)
         self.config = config
         self.instance = instance
         self.run_id = uuid.uuid4()
@@ -287,8 +290,11 @@ class ProbeService:
 
     def health(self) -> tuple[bool, str]:
         """Whether the probe is up, and what is wrong when it is not."""
+        refused = self.client_errors.reason()  # outside the lock: explaining a TLS failure opens a connection
         with self._lock:
-            return self._up(), self._error()
+            up = self._up()
+            # The cluster refusing us (credentials, TLS) is what to fix, whatever each thread saw.
+            return up, refused if refused and not up else self._error()
 
     def _up(self) -> bool:
         return all(self._running.values()) and self._topology is not None and not self._errors["manager"]
@@ -323,7 +329,7 @@ class ProbeService:
                 self._errors[name] = ""
 
     def _failed(self, name: str, e: Exception) -> None:
-        message = f"{type(e).__name__}: {e}"
+        message = self.client_errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
         with self._lock:
             self._running[name] = False
             if not self._errors[name]:
@@ -331,7 +337,7 @@ class ProbeService:
             self._errors[name] = message
 
     def _client_config(self, **extra: Any) -> dict[str, Any]:
-        return {
+        return self.settings.conf({
             "bootstrap.servers": self.bootstrap,
             "client.id": f"kdiag-probe-{self.instance}",
             # Metadata lookups of a missing probe topic must not auto-create it with broker defaults.
@@ -340,7 +346,7 @@ class ProbeService:
             "log_level": 0,
             "logger": logging.getLogger("kdiag.probe.librdkafka"),
             **extra,
-        }
+        }, self.client_errors)
 
     def _broker(self, broker: int) -> _BrokerStats:
         stats = self._brokers.get(broker)
@@ -364,6 +370,7 @@ class ProbeService:
                 continue
             with self._lock:
                 self._topology = topology
+            self.client_errors.clear()
             self._ok(name)
             backoff.reset()
             state = (frozenset(topology.live), tuple(sorted((p, tuple(isr)) for p, isr in topology.isrs.items())))

@@ -13,6 +13,7 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
+from kdiag.kafka_client import ClientSettings, ErrorLog
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
@@ -140,7 +141,8 @@ def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float)
 
 def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, str | None]:
     """The named config entries' raw values (None where Kafka reports null)."""
-    return {n: entries[n].value for n in names if n in entries}
+    # A sensitive entry's value is never stored (recordings travel); Kafka reports it as null anyway.
+    return {n: entries[n].value for n in names if n in entries and not entries[n].is_sensitive}
 
 
 def _log_end_offsets(admin: Any, topics: dict[str, dict], deadline: float) -> dict[tuple[str, int], int]:
@@ -339,10 +341,13 @@ class KafkaAdminCollector:
     name = "kafka_admin"
     help = HELP
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000):
+    def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
+                 settings: ClientSettings | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self.max_partition_series = max_partition_series
+        self.settings = settings or ClientSettings()
+        self.errors = ErrorLog(self.settings, bootstrap_servers)
         self._admin: Any = None
 
     def admin(self) -> Any:
@@ -352,14 +357,17 @@ class KafkaAdminCollector:
 
             ms = int(self.timeout * 1000)
             self._admin = AdminClient(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "client.id": "kdiag",
-                    "socket.timeout.ms": ms,
-                    "request.timeout.ms": ms,
-                    # A dead cluster would log every reconnect attempt; the collector error already says it.
-                    "log_level": 0,
-                }
+                self.settings.conf(
+                    {
+                        "bootstrap.servers": self.bootstrap_servers,
+                        "client.id": "kdiag",
+                        "socket.timeout.ms": ms,
+                        "request.timeout.ms": ms,
+                        # A dead cluster would log every reconnect attempt; the collector error already says it.
+                        "log_level": 0,
+                    },
+                    self.errors,
+                )
             )
         return self._admin
 
@@ -368,12 +376,17 @@ class KafkaAdminCollector:
         from confluent_kafka import KafkaException
 
         try:
-            return fetch_admin_state(self.admin(), self.timeout)
+            state = fetch_admin_state(self.admin(), self.timeout)
         except (KafkaException, TimeoutError) as e:
+            admin, self._admin = self._admin, None
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
             # metadata refresh, minutes away): a fresh client asks the live brokers again.
-            self._admin = None
-            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {type(e).__name__}: {e}") from e
+            if admin is not None:
+                admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
+            reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
+            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
+        self.errors.clear()
+        return state
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording."""

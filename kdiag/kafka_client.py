@@ -1,0 +1,228 @@
+"""Settings of every Kafka client kdiag makes: the `kafka.client` mapping, its secrets, and errors that say what to fix.
+
+`kafka.client` holds librdkafka properties. A value may come from a file (`<prop>_file: PATH`, the file's
+text without its trailing newline) or hold `${VAR}` references to the environment. `ClientSettings.conf()`
+merges them under kdiag's own settings for one client; `ErrorLog` keeps what librdkafka's error_cb last
+reported and turns it into a reason that names the `kafka.client` key to check, never a secret.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import ssl
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FILE_SUFFIX = "_file"
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Properties whose values are secrets: never logged, never in an error (librdkafka's own list, plus JAAS lines).
+SECRET_WORDS = ("password", "secret", "key.pem", "jaas", "oauthbearer.config")
+# kdiag sets these from its own config or per client; in kafka.client they would be overridden or mean nothing.
+RESERVED = {"bootstrap.servers": "set kafka.bootstrap_servers instead"}
+MAX_REASON = 300
+
+
+class ClientConfigError(ValueError):
+    """A kafka.client entry that cannot work, named by its key path."""
+
+
+def is_secret(prop: str) -> bool:
+    """Whether a librdkafka property holds a secret."""
+    return any(word in prop for word in SECRET_WORDS)
+
+
+def _text(value: Any) -> str:
+    """A YAML scalar as librdkafka wants it: booleans as true/false."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _expand(key: str, value: str, environ: Mapping[str, str]) -> str:
+    def one(m: re.Match) -> str:
+        if m.group(1) not in environ:
+            raise ClientConfigError(f"kafka.client.{key}: environment variable {m.group(1)} is not set")
+        return environ[m.group(1)]
+
+    return ENV_REF.sub(one, value)
+
+
+def _read_secret(key: str, path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as e:
+        raise ClientConfigError(f"kafka.client.{key}: cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClientConfigError(f"kafka.client.{key}: {path} is not UTF-8 text") from None
+
+
+@dataclass
+class ClientSettings:
+    """Resolved kafka.client properties; `given` remembers how each was written (`sasl.password_file`, ...)."""
+
+    props: dict[str, str] = field(default_factory=dict)
+    given: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def resolve(cls, client: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> ClientSettings:
+        """Read files and expand ${VAR}s; ClientConfigError names the first key that cannot be resolved."""
+        environ = os.environ if environ is None else environ
+        out = cls()
+        for key, raw in client.items():
+            if not isinstance(key, str) or not key:
+                raise ClientConfigError(f"kafka.client: key {key!r} is not a property name")
+            if raw is None or isinstance(raw, dict | list):
+                raise ClientConfigError(f"kafka.client.{key}: expected a single value, got {type(raw).__name__}")
+            prop = key[: -len(FILE_SUFFIX)] if key.endswith(FILE_SUFFIX) else key
+            if prop in RESERVED:
+                raise ClientConfigError(f"kafka.client.{key}: {RESERVED[prop]}")
+            if prop in out.props:
+                raise ClientConfigError(f"kafka.client.{key}: {prop} is given twice (as {out.given[prop]} and {key})")
+            value = _expand(key, _text(raw), environ)
+            out.props[prop] = _read_secret(key, value) if key != prop else value
+            out.given[prop] = key
+        return out
+
+    def secrets(self) -> list[str]:
+        """Values that must never be shown: secret properties and everything read from a file."""
+        return [v for p, v in self.props.items() if v and (is_secret(p) or self.given[p] != p)]
+
+    def redact(self, text: str) -> str:
+        """text with every secret value replaced by ***."""
+        for secret in sorted(self.secrets(), key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
+
+    def conf(self, base: Mapping[str, Any], errors: ErrorLog | None = None) -> dict[str, Any]:
+        """A client config: kafka.client under kdiag's own settings for this client, errors into `errors`."""
+        conf: dict[str, Any] = {**self.props, **base}
+        if errors is not None:
+            conf["error_cb"] = errors.record
+        return conf
+
+    def check(self) -> None:
+        """Let librdkafka judge every property now (names, values, CA and key files); ClientConfigError names the key."""
+        from confluent_kafka import KafkaException, Producer
+
+        if not self.props:
+            return
+        try:
+            # A client without bootstrap servers opens no connection; building it checks the whole config.
+            Producer(self.conf({"log_level": 0, "logger": logging.getLogger("kdiag.kafka_client.check")}))
+        except KafkaException as e:
+            message = self.redact(e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e))
+            message = message.removeprefix("Failed to create producer: ")
+            key = next((self.given[p] for p in sorted(self.props, key=len, reverse=True) if p in message), None)
+            raise ClientConfigError(f"kafka.client.{key}: {message}" if key else f"kafka.client: {message}") from None
+
+    # -- what to say when the cluster refuses us ------------------------------------------------------------
+
+    def protocol(self) -> str:
+        """The configured security.protocol, as librdkafka spells it in docs (upper case)."""
+        return self.props.get("security.protocol", "plaintext").upper()
+
+    def key_of(self, prop: str) -> str:
+        """How the user wrote prop (`kafka.client.sasl.password_file`), or where it would go."""
+        return f"kafka.client.{self.given.get(prop, prop)}"
+
+
+def _tls_verify_reason(settings: ClientSettings, address: str, timeout: float) -> str | None:
+    """Why the broker's certificate fails verification, from Python's own handshake with the same CA."""
+    host, _, port = address.strip().rpartition(":")
+    host = host.strip("[]")
+    try:
+        context = ssl.create_default_context(cafile=settings.props.get("ssl.ca.location"))
+        context.check_hostname = settings.props.get("ssl.endpoint.identification.algorithm", "https") != "none"
+        with socket.create_connection((host, int(port)), timeout=timeout) as raw, context.wrap_socket(raw, server_hostname=host):
+            return None
+    except ssl.SSLCertVerificationError as e:
+        if e.verify_code == 10:  # X509_V_ERR_CERT_HAS_EXPIRED
+            return f"TLS handshake with {address} failed: the broker's certificate has expired: renew it"
+        if e.verify_code == 9:  # X509_V_ERR_CERT_NOT_YET_VALID
+            return f"TLS handshake with {address} failed: the broker's certificate is not valid yet: check its dates and the clocks"
+        if e.verify_code == 62:  # X509_V_ERR_HOSTNAME_MISMATCH
+            return (f"TLS handshake with {address} failed: the broker's certificate does not name {host}: fix the certificate "
+                    f"(subjectAltName) or set {settings.key_of('ssl.endpoint.identification.algorithm')}: none")
+        return (f"TLS handshake with {address} failed: the broker's certificate is not trusted ({e.verify_message}): "
+                f"check {settings.key_of('ssl.ca.location')}")
+    except (OSError, ValueError):
+        return None
+
+
+def explain(settings: ClientSettings, message: str, bootstrap: str = "", timeout: float = 3.0) -> str:
+    """A librdkafka error as a one-line reason that says what to fix; secrets redacted."""
+    text = settings.redact(message)
+    low = text.lower()
+    proto = settings.protocol()
+    user = settings.props.get("sasl.username", "")
+    mechanism = settings.props.get("sasl.mechanism", "GSSAPI").upper()
+    if "unsupported sasl mechanism" in low or "mechanism" in low and "not enabled" in low:
+        return f"SASL mechanism {mechanism} is not enabled on the listener: check {settings.key_of('sasl.mechanism')}"
+    if "authentication" in low and ("invalid credentials" in low or "failed" in low) and "ssl" not in low.split(":")[0]:
+        return (f"SASL authentication failed for user {user}: check {settings.key_of('sasl.password')} "
+                f"and {settings.key_of('sasl.mechanism')}")
+    if "ssl handshake failed" in low or "ssl transport error" in low:
+        if "certificate verify failed" in low:
+            first = bootstrap.split(",")[0] if bootstrap else ""
+            reason = _tls_verify_reason(settings, first, timeout) if first else None
+            return reason or f"TLS handshake failed: the broker's certificate is not trusted: check {settings.key_of('ssl.ca.location')}"
+        if "disconnected" in low or "wrong version number" in low or "packet length too long" in low or "unexpected eof" in low:
+            return (f"TLS handshake failed: the broker did not answer in TLS (a plaintext listener?): "
+                    f"check kafka.client.security.protocol ({proto})")
+        return f"TLS handshake failed: {_short(text)}: check the kafka.client ssl.* settings"
+    if "requesting apiversion" in low or "connecting to a ssl listener" in low:
+        return (f"the broker closed the connection before answering (a TLS listener?): "
+                f"check kafka.client.security.protocol ({proto})")
+    if "sasl" in low and ("handshake" in low or "illegal" in low or "unexpected" in low):
+        return (f"the listener does not speak SASL: check kafka.client.security.protocol ({proto}) "
+                f"and the broker's listener.security.protocol.map")
+    return _short(text)
+
+
+def _short(text: str) -> str:
+    """One line of at most MAX_REASON characters, without librdkafka's '(after N ms in state X)' tail."""
+    text = re.sub(r"\s*\(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)", "", " ".join(text.split()))
+    return text[:MAX_REASON]
+
+
+class ErrorLog:
+    """What librdkafka's error_cb last said about one client, kept as a readable reason until cleared."""
+
+    def __init__(self, settings: ClientSettings, bootstrap: str):
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self._lock = threading.Lock()
+        self._raw = ""
+        self._reason = ""
+
+    def record(self, error: Any) -> None:
+        """error_cb: keep the most telling error (a security failure beats 'all brokers are down')."""
+        name = error.name() if hasattr(error, "name") else ""
+        text = error.str() if hasattr(error, "str") else str(error)
+        with self._lock:
+            if name == "_ALL_BROKERS_DOWN" and self._raw:
+                return  # librdkafka follows every connection failure with this summary
+            self._raw, self._reason = text, ""
+
+    def reason(self) -> str:
+        """The last error as a reason that says what to fix, or '' when none was seen since clear()."""
+        with self._lock:
+            raw, reason = self._raw, self._reason
+        if raw and not reason:
+            # Explained outside the lock: a certificate check opens its own TLS connection.
+            reason = explain(self.settings, raw, self.bootstrap)
+            with self._lock:
+                if self._raw == raw:
+                    self._reason = reason
+        return reason
+
+    def clear(self) -> None:
+        """The client works again: forget the last error."""
+        with self._lock:
+            self._raw = self._reason = ""
