@@ -34,6 +34,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from kdiag import lab_security
 from kdiag.collectors.processes import parse_stat
 
 KAFKA_VERSION = "4.4.0"
@@ -192,18 +193,14 @@ def _cluster_id() -> str:
             return cid
 
 
-def _server_properties(n: int, brokers: int, base: int, node_dir: Path) -> str:
+def _server_properties(n: int, brokers: int, base: int, node_dir: Path, security: str) -> str:
     p = ports(n, base)
     voters = ",".join(f"{i}@127.0.0.1:{ports(i, base)['controller']}" for i in range(1, brokers + 1))
     lines = [
         "process.roles=broker,controller",
         f"node.id={n}",
         f"controller.quorum.voters={voters}",
-        f"listeners=PLAINTEXT://127.0.0.1:{p['client']},CONTROLLER://127.0.0.1:{p['controller']}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{p['client']}",
-        "inter.broker.listener.name=PLAINTEXT",
-        "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        *lab_security.listener_lines(node_dir.parent, security, p["client"], p["controller"]),
         f"log.dirs={node_dir / 'data'}",
         "group.initial.rebalance.delay.ms=0",
     ]
@@ -236,13 +233,14 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def _format(d: Path, nodes: list[int], cluster_id: str) -> None:
+def _format(d: Path, nodes: list[int], cluster_id: str, security: str) -> None:
     """Format the storage of the given nodes in parallel (static voters: no --standalone needed)."""
     procs = {
         n: subprocess.Popen(
-            ["java", HEAP, "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
-             f"-Dkafka.logs.dir={d / f'node-{n}'}", "-cp", classpath(d), "kafka.tools.StorageTool",
-             "format", "-t", cluster_id, "-c", str(d / f"node-{n}" / "server.properties")],
+            lab_security.format_command(d, security, n, [
+                "java", HEAP, "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
+                f"-Dkafka.logs.dir={d / f'node-{n}'}", "-cp", classpath(d), "kafka.tools.StorageTool",
+                "format", "-t", cluster_id, "-c", str(d / f"node-{n}" / "server.properties")]),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         for n in nodes
@@ -253,7 +251,7 @@ def _format(d: Path, nodes: list[int], cluster_id: str) -> None:
             raise LabError(f"formatting node {n} failed:\n{out}")
 
 
-def _start(d: Path, n: int, jmx_port: int) -> int:
+def _start(d: Path, n: int, jmx_port: int, security: str) -> int:
     node_dir = d / f"node-{n}"
     cmd = [
         "java", HEAP, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
@@ -266,8 +264,7 @@ def _start(d: Path, n: int, jmx_port: int) -> int:
         # port on all interfaces but refuses non-local clients.
         "-Dcom.sun.management.jmxremote.host=127.0.0.1",
         "-Djava.rmi.server.hostname=127.0.0.1",
-        "-Dcom.sun.management.jmxremote.authenticate=false",
-        "-Dcom.sun.management.jmxremote.ssl=false",
+        *lab_security.jmx_flags(d, security),
         "-cp", classpath(d), "kafka.Kafka", str(node_dir / "server.properties"),
     ]
     with open(node_dir / "stdout.log", "ab") as out:
@@ -284,12 +281,13 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _describe_brokers(bootstrap: str) -> list[int]:
+def _describe_brokers(d: Path, info: dict) -> list[int]:
     """Return the broker ids the cluster reports, or [] if it does not answer."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.timeout.ms": 5000})
+    admin = AdminClient({"bootstrap.servers": info["bootstrap"], "log_level": 0, "socket.timeout.ms": 5000,
+                         **lab_security.client_conf(d, _security(info))})
     try:
         return sorted(node.id for node in admin.describe_cluster(request_timeout=5).result(timeout=6).nodes)
     except (KafkaException, TimeoutError):
@@ -315,7 +313,7 @@ def _wait_ready(d: Path, info: dict, timeout: float) -> None:
                            f"{_tail(node_dir / 'server.log')}\n{node_dir}/stdout.log:\n"
                            f"{_tail(node_dir / 'stdout.log')}")
         if all(_port_open(info["nodes"][str(n)]["client"]) for n in want):
-            seen = _describe_brokers(info["bootstrap"])
+            seen = _describe_brokers(d, info)
             if seen == want:
                 print(f"all {len(want)} broker(s) up after {elapsed:.0f}s", file=sys.stderr)
                 return
@@ -332,7 +330,8 @@ def _wait_ready(d: Path, info: dict, timeout: float) -> None:
 def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
     """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
     lines = [
-        f"lab: {state} brokers={info['brokers']} kafka={info['kafka_version']} dir={info['dir']}",
+        f"lab: {state} brokers={info['brokers']} security={_security(info)} kafka={info['kafka_version']} "
+        f"dir={info['dir']}",
         f"bootstrap: {info['bootstrap']}",
     ]
     for n in range(1, info["brokers"] + 1):
@@ -376,27 +375,43 @@ def _stop(d: Path, info: dict, timeout: float = 30, nodes: list[int] | None = No
         (d / f"node-{n}" / "pid").unlink(missing_ok=True)
 
 
+def _security(info: dict) -> str:
+    return info.get("security", "none")  # labs started before --security existed
+
+
+def _remove_data(d: Path) -> None:
+    """Delete the nodes' storage and the secrets formatted into it."""
+    for node_dir in d.glob("node-*"):
+        shutil.rmtree(node_dir)
+    shutil.rmtree(lab_security.secrets_dir(d), ignore_errors=True)
+
+
 def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: str | None = None,
-       timeout: float = 180) -> dict:
-    """Start (or reuse) the lab in DIR and return its lab.json contents."""
+       timeout: float = 180, security: str = "none") -> dict:
+    """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
     d = lab_dir(dir)
     old = _load(d)
     live = _pids(d, old) if old else {}
     base = base_port or (old or {}).get("base_port") or DEFAULT_BASE_PORT
     version = kafka_version or (old or {}).get("kafka_version") or KAFKA_VERSION
-    same = bool(old) and (old["brokers"], old["base_port"], old["kafka_version"]) == (brokers, base, version)
+    same = bool(old) and ((old["brokers"], old["base_port"], old["kafka_version"], _security(old))
+                          == (brokers, base, version, security))
     if same and all(live.values()):
+        lab_security.write_kdiag_yaml(d, old)
         return old
     _check_java()
     if not same:
         if any(live.values()):
             print("lab config changed: stopping the running lab", file=sys.stderr)
             _stop(d, old)
-        # Storage formatted for another quorum or version cannot be reused.
-        for node_dir in d.glob("node-*"):
-            shutil.rmtree(node_dir)
+        # Storage formatted for another quorum, version or security mode cannot be reused.
+        _remove_data(d)
     d.mkdir(parents=True, exist_ok=True)
     fetch_jars(d, version)
+    try:
+        lab_security.prepare(d, security)
+    except lab_security.SecurityError as e:
+        raise LabError(str(e)) from None
 
     nodes = {str(n): ports(n, base) for n in range(1, brokers + 1)}
     to_start = [n for n in range(1, brokers + 1) if not (same and live.get(n))]
@@ -408,10 +423,11 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     for n in range(1, brokers + 1):
         node_dir = d / f"node-{n}"
         node_dir.mkdir(exist_ok=True)
-        (node_dir / "server.properties").write_text(_server_properties(n, brokers, base, node_dir))
+        lab_security.write_private(node_dir / "server.properties",
+                                   _server_properties(n, brokers, base, node_dir, security))
     unformatted = [n for n in to_start if not (d / f"node-{n}" / "data" / "meta.properties").exists()]
     if unformatted:
-        _format(d, unformatted, cluster_id)
+        _format(d, unformatted, cluster_id, security)
 
     info = {
         "brokers": brokers,
@@ -423,11 +439,13 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         "cluster_id": cluster_id,
         "dir": str(d),
         "nodes": nodes,
+        "security": security,
     }
     for n in range(1, brokers + 1):
         pid = live.get(n) if same else None
-        info["pids"][str(n)] = pid or _start(d, n, nodes[str(n)]["jmx_port"])
+        info["pids"][str(n)] = pid or _start(d, n, nodes[str(n)]["jmx_port"], security)
     (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
+    lab_security.write_kdiag_yaml(d, info)
     print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)
     try:
         _wait_ready(d, info, timeout)
@@ -467,7 +485,7 @@ def start_node(n: int, dir=None, timeout: float = 180) -> dict:
     with _locked(d):
         info = _lab_with_node(d, n)
         if not _pids(d, info)[n]:
-            info["pids"][str(n)] = _start(d, n, info["nodes"][str(n)]["jmx_port"])
+            info["pids"][str(n)] = _start(d, n, info["nodes"][str(n)]["jmx_port"], _security(info))
             (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
         _wait_ready(d, info, timeout)
     return info
@@ -487,7 +505,7 @@ def _run(fn):
 def cmd_up(args) -> int:
     """Handle `kdiag lab up`."""
     with _locked(lab_dir(args.dir)):
-        info = up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout)
+        info = up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security)
     print("\n".join(_info_lines(info, "running")), flush=True)
     return 0
 
@@ -518,9 +536,9 @@ def cmd_down(args) -> int:
         _stop(d, info)
         print(f"lab: stopped dir={d}")
         if args.purge:
-            for node_dir in d.glob("node-*"):
-                shutil.rmtree(node_dir)
+            _remove_data(d)
             (d / "lab.json").unlink(missing_ok=True)
+            (d / "kdiag.yaml").unlink(missing_ok=True)
             print(f"lab: purged data under {d}")
     return 0
 
@@ -538,6 +556,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--base-port", type=int,
                    help=f"client port of node 1; node N uses base+10*(N-1) (default {DEFAULT_BASE_PORT})")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the brokers")
+    p.add_argument("--security", choices=lab_security.MODES, default="none",
+                   help="client listener: PLAINTEXT, TLS, SCRAM-SHA-512, or SCRAM over TLS; secured modes also "
+                        "guard JMX with a password (TLS too in ssl and sasl_ssl); see DIR/kdiag.yaml")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("status", help="show whether each node runs; exit 1 unless all do")

@@ -1,13 +1,22 @@
-"""Shared fixtures: the local Kafka lab, when one is running."""
+"""Shared fixtures: the local Kafka lab and the secured (sasl_ssl) lab, when they are running."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 from confluent_kafka.admin import AdminClient
 
 from kdiag.lab import read_lab
+
+
+def _unavailable(problem: str):
+    """Skip the test, or fail it under KDIAG_REQUIRE_KAFKA=1."""
+    if os.environ.get("KDIAG_REQUIRE_KAFKA") == "1":
+        pytest.fail(problem)
+    pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +32,43 @@ def kafka_lab() -> dict:
         except Exception as e:  # the lab's pids live but the cluster does not answer
             problem = f"Kafka lab at {info['bootstrap']} does not answer: {e}"
     if problem:
-        if os.environ.get("KDIAG_REQUIRE_KAFKA") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+        _unavailable(problem)
     return info
+
+
+def secure_lab_dir() -> Path:
+    """Directory of the sasl_ssl lab: $KDIAG_SECURE_LAB_DIR or ~/.cache/kdiag/lab-sasl_ssl."""
+    env = os.environ.get("KDIAG_SECURE_LAB_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kdiag" / "lab-sasl_ssl"
+
+
+def lab_client_conf(config_path: str | Path) -> dict:
+    """librdkafka settings of a lab's kdiag.yaml, its password files read in, for the tests' own clients."""
+    kafka = yaml.safe_load(Path(config_path).read_text())["kafka"]
+    conf = {"bootstrap.servers": kafka["bootstrap_servers"]}
+    for key, value in (kafka.get("client") or {}).items():
+        if key.endswith("_file"):
+            conf[key.removesuffix("_file")] = Path(value).read_text().strip()
+        else:
+            conf[key] = value
+    return conf
+
+
+@pytest.fixture(scope="session")
+def secure_lab() -> dict:
+    """The running sasl_ssl lab: its lab.json plus "config" (DIR/kdiag.yaml), "client" (librdkafka settings with
+    the SASL password in clear, for tests' own clients) and "password"; skips (fails under KDIAG_REQUIRE_KAFKA=1)
+    when none runs at secure_lab_dir(). Start it as CI does:
+    KDIAG_LAB_DIR=~/.cache/kdiag/lab-sasl_ssl kdiag lab up --brokers 1 --security sasl_ssl --base-port 29092"""
+    d = secure_lab_dir()
+    info = read_lab(d)
+    if info is None or info.get("security") != "sasl_ssl":
+        _unavailable(f"no sasl_ssl lab running in {d}: start one with `KDIAG_LAB_DIR={d} kdiag lab up "
+                     "--brokers 1 --security sasl_ssl --base-port 29092`")
+    config = d / "kdiag.yaml"
+    client = lab_client_conf(config)
+    try:
+        AdminClient(client).list_topics(timeout=10)
+    except Exception as e:  # the lab's pids live but the cluster does not answer
+        _unavailable(f"sasl_ssl lab at {info['bootstrap']} does not answer: {e}")
+    return {**info, "config": str(config), "client": client, "password": client["sasl.password"]}
