@@ -103,7 +103,8 @@ class ClientSettings:
         """A client config: kafka.client under kdiag's own settings for this client, errors into `errors`."""
         conf: dict[str, Any] = {**self.props, **base}
         if errors is not None:
-            conf["error_cb"] = errors.record
+            # Logs go to `errors` (served by poll()), never to stderr: level 6 keeps librdkafka's FAIL lines.
+            conf.update({"error_cb": errors.record, "logger": errors, "log_level": 6})
         return conf
 
     def check(self) -> None:
@@ -146,7 +147,7 @@ def _tls_verify_reason(settings: ClientSettings, address: str, timeout: float) -
             return f"TLS handshake with {address} failed: the broker's certificate has expired: renew it"
         if e.verify_code == 9:  # X509_V_ERR_CERT_NOT_YET_VALID
             return f"TLS handshake with {address} failed: the broker's certificate is not valid yet: check its dates and the clocks"
-        if e.verify_code == 62:  # X509_V_ERR_HOSTNAME_MISMATCH
+        if e.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
             return (f"TLS handshake with {address} failed: the broker's certificate does not name {host}: fix the certificate "
                     f"(subjectAltName) or set {settings.key_of('ssl.endpoint.identification.algorithm')}: none")
         return (f"TLS handshake with {address} failed: the broker's certificate is not trusted ({e.verify_message}): "
@@ -160,28 +161,28 @@ def explain(settings: ClientSettings, message: str, bootstrap: str = "", timeout
     text = settings.redact(message)
     low = text.lower()
     proto = settings.protocol()
-    user = settings.props.get("sasl.username", "")
-    mechanism = settings.props.get("sasl.mechanism", "GSSAPI").upper()
-    if "unsupported sasl mechanism" in low or "mechanism" in low and "not enabled" in low:
+    protocol = f"check kafka.client.security.protocol ({proto})"
+    if "unsupported sasl mechanism" in low:
+        mechanism = settings.props.get("sasl.mechanism", "GSSAPI").upper()
         return f"SASL mechanism {mechanism} is not enabled on the listener: check {settings.key_of('sasl.mechanism')}"
-    if "authentication" in low and ("invalid credentials" in low or "failed" in low) and "ssl" not in low.split(":")[0]:
-        return (f"SASL authentication failed for user {user}: check {settings.key_of('sasl.password')} "
-                f"and {settings.key_of('sasl.mechanism')}")
-    if "ssl handshake failed" in low or "ssl transport error" in low:
-        if "certificate verify failed" in low:
-            first = bootstrap.split(",")[0] if bootstrap else ""
-            reason = _tls_verify_reason(settings, first, timeout) if first else None
-            return reason or f"TLS handshake failed: the broker's certificate is not trusted: check {settings.key_of('ssl.ca.location')}"
-        if "disconnected" in low or "wrong version number" in low or "packet length too long" in low or "unexpected eof" in low:
-            return (f"TLS handshake failed: the broker did not answer in TLS (a plaintext listener?): "
-                    f"check kafka.client.security.protocol ({proto})")
+    if "sasl authentication error" in low or "invalid credentials" in low:
+        return (f"SASL authentication failed for user {settings.props.get('sasl.username', '')}: "
+                f"check {settings.key_of('sasl.password')} and {settings.key_of('sasl.mechanism')}")
+    if "not valid in current sasl state" in low:
+        return f"the listener does not use SASL: {protocol}"
+    if "certificate verify failed" in low:
+        first = bootstrap.split(",")[0] if bootstrap else ""
+        reason = _tls_verify_reason(settings, first, timeout) if first else None
+        return reason or f"TLS handshake failed: the broker's certificate is not trusted: check {settings.key_of('ssl.ca.location')}"
+    if "ssl handshake failed" in low:
+        if "plaintext broker listener" in low or "wrong version number" in low or "disconnected" in low:
+            return f"TLS handshake failed: the broker closed the connection (not a TLS listener?): {protocol}"
         return f"TLS handshake failed: {_short(text)}: check the kafka.client ssl.* settings"
-    if "requesting apiversion" in low or "connecting to a ssl listener" in low:
-        return (f"the broker closed the connection before answering (a TLS listener?): "
-                f"check kafka.client.security.protocol ({proto})")
-    if "sasl" in low and ("handshake" in low or "illegal" in low or "unexpected" in low):
-        return (f"the listener does not speak SASL: check kafka.client.security.protocol ({proto}) "
-                f"and the broker's listener.security.protocol.map")
+    if "disconnected" in low and "state apiversion_query" in low:
+        return f"the broker closed the connection before answering (a TLS listener?): {protocol}"
+    if "disconnected" in low and re.search(r"after \d{1,3}ms in state up\b", low) and "SASL" not in proto:
+        return (f"the broker closed the connection at the first request (a SASL listener?): {protocol} "
+                "and set sasl.mechanism, sasl.username and sasl.password_file")
     return _short(text)
 
 
@@ -203,11 +204,18 @@ class ErrorLog:
 
     def record(self, error: Any) -> None:
         """error_cb: keep the most telling error (a security failure beats 'all brokers are down')."""
-        name = error.name() if hasattr(error, "name") else ""
         text = error.str() if hasattr(error, "str") else str(error)
+        if error.name() == "_ALL_BROKERS_DOWN" and self._raw:
+            return  # librdkafka follows every connection failure with this summary
+        self._keep(text)
+
+    def log(self, _level: int, _fmt: str, *args: Any) -> None:
+        """The librdkafka logger: a dropped connection (a TLS or SASL mismatch) is only logged, never an error_cb."""
+        if len(args) == 3 and args[0] == "FAIL":
+            self._keep(str(args[2]))
+
+    def _keep(self, text: str) -> None:
         with self._lock:
-            if name == "_ALL_BROKERS_DOWN" and self._raw:
-                return  # librdkafka follows every connection failure with this summary
             self._raw, self._reason = text, ""
 
     def reason(self) -> str:

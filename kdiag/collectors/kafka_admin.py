@@ -385,6 +385,7 @@ class KafkaAdminCollector:
                 admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
             reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
+        self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
         self.errors.clear()
         return state
 
