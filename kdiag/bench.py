@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from kdiag.config import ConfigError
 from kdiag.java_security import translate
-from kdiag.kafka_client import is_secret
+from kdiag.kafka_client import ClientSettings, ErrorLog, is_secret
 
 CONFIG_HELP = "kdiag's YAML config: its kafka.bootstrap_servers and kafka.client settings (Java props win)"
 STATS_VERSION = 1
@@ -197,6 +197,12 @@ def client_conf(config_file: str | None, props: list[str] | None, kdiag_config: 
     for w in warnings:
         warn(w)
     return {**conf, **mapped}
+
+
+def error_log(conf: dict[str, Any]) -> ErrorLog:
+    """An ErrorLog for a bench client: refusals name the librdkafka property to check."""
+    props = {k: str(v) for k, v in conf.items() if isinstance(v, str | int | float)}
+    return ErrorLog(ClientSettings(props, {k: k for k in props}, prefix=""), str(conf.get("bootstrap.servers", "")))
 
 
 def make_client(cls: Callable[[dict], Any], conf: dict[str, Any], warn: Callable[[str], None]) -> Any:
@@ -406,10 +412,22 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
         last_stats.update(librdkafka_summary(json.loads(text), job.topic))
 
     callback = delivered_sized if job.payloads else delivered
-    producer = make_client(Producer, {**job.conf, "stats_cb": on_stats, "statistics.interval.ms": 1000}, warn)
+    refusals = error_log(job.conf)
+    producer = make_client(Producer, {**job.conf, "stats_cb": on_stats, "statistics.interval.ms": 1000,
+                                      "error_cb": refusals.record, "logger": refusals}, warn)
+
+    def refused() -> bool:
+        """Whether the cluster refuses us (credentials, TLS): then say why once and drop what waits."""
+        # Records would wait out message.timeout.ms (5 min) for a cluster that will never let us in.
+        reason = refusals.refusal() if not totals["acked"] and not totals["refused"] else ""
+        if reason:
+            warn(reason)
+            totals["refused"] = 1
+            producer.purge()
+        return bool(totals["refused"])
     stats_file = StatsFile(job.stats_dir) if job.stats_dir else None
     started = time.time()
-    totals = {"sent": 0, "acked": 0, "failed": 0, "bytes": 0}
+    totals = {"sent": 0, "acked": 0, "failed": 0, "bytes": 0, "refused": 0}
     seen = 0
     recent: list[float] = []
 
@@ -420,7 +438,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
         nbytes = sum(sizes) if job.payloads else len(got) * len(job.payload or b"")
         del sizes[:]
         failed = len(errors)
-        if errors and not totals["failed"]:
+        if errors and not totals["failed"] and not totals["refused"]:  # a refusal was said already
             warn(f"delivery failed: {errors[0]}")
         del errors[:]
         first = (-seen) % job.sampling
@@ -466,6 +484,8 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
                 # A full local queue: keep the records that did not fit (marked _error) and wait for acks.
                 batch = [m for m in batch if m.pop("_error", None) is not None]
                 poll(0.01)
+                if refused():
+                    return summary_metrics(last_stats, os.getpid())
                 queued = produce_batch(job.topic, batch, on_delivery=callback)
             sent += size
             totals["sent"] = sent
@@ -473,6 +493,8 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
             now = time.monotonic()
             if now - last_report >= REPORT_SECONDS:
                 flush_report()
+                if refused():
+                    break
                 last_report = now
                 if stats_file and now - last_file >= STATS_FILE_SECONDS:
                     write_stats(time.time())
@@ -486,6 +508,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
     finally:
         while len(producer) and producer.flush(0.5):
             flush_report()
+            refused()
         flush_report()
         if stats_file:
             stats_file.remove()
@@ -639,7 +662,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     conf.setdefault("client.id", "perf-consumer-client")
     if args.print_metrics:
         conf.update({"statistics.interval.ms": 1000, "stats_cb": lambda text: last_stats.update(json.loads(text))})
-    consumer = make_client(Consumer, conf, warn)
+    errors = error_log(conf)
+    consumer = make_client(Consumer, {**conf, "error_cb": errors.record, "logger": errors}, warn)
     detailed = args.show_detailed_stats
     if not args.hide_header:
         print(consumer_header(detailed), flush=True)
@@ -666,6 +690,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             now = now_ms()
             if messages:
                 last_consumed = now
+            elif not count and errors.refusal():
+                warn(errors.refusal())
+                break
             for m in messages:
                 if m.error() is None:
                     count += 1

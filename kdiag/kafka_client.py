@@ -68,6 +68,7 @@ class ClientSettings:
 
     props: dict[str, str] = field(default_factory=dict)
     given: dict[str, str] = field(default_factory=dict)
+    prefix: str = "kafka.client."  # where the user wrote these settings, for reasons that name the key
 
     @classmethod
     def resolve(cls, client: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> ClientSettings:
@@ -130,7 +131,7 @@ class ClientSettings:
 
     def key_of(self, prop: str) -> str:
         """How the user wrote prop (`kafka.client.sasl.password_file`), or where it would go."""
-        return f"kafka.client.{self.given.get(prop, prop)}"
+        return f"{self.prefix}{self.given.get(prop, prop)}"
 
 
 def _tls_verify_reason(settings: ClientSettings, address: str, timeout: float) -> str | None:
@@ -157,11 +158,11 @@ def _tls_verify_reason(settings: ClientSettings, address: str, timeout: float) -
 
 
 def explain(settings: ClientSettings, message: str, bootstrap: str = "", timeout: float = 3.0) -> str:
-    """A librdkafka error as a one-line reason that says what to fix; secrets redacted."""
+    """A librdkafka error that means the cluster refused us, as a reason that says what to fix; '' for other errors."""
     text = settings.redact(message)
     low = text.lower()
     proto = settings.protocol()
-    protocol = f"check kafka.client.security.protocol ({proto})"
+    protocol = f"check {settings.key_of('security.protocol')} ({proto})"
     if "unsupported sasl mechanism" in low:
         mechanism = settings.props.get("sasl.mechanism", "GSSAPI").upper()
         return f"SASL mechanism {mechanism} is not enabled on the listener: check {settings.key_of('sasl.mechanism')}"
@@ -177,13 +178,13 @@ def explain(settings: ClientSettings, message: str, bootstrap: str = "", timeout
     if "ssl handshake failed" in low:
         if "plaintext broker listener" in low or "wrong version number" in low or "disconnected" in low:
             return f"TLS handshake failed: the broker closed the connection (not a TLS listener?): {protocol}"
-        return f"TLS handshake failed: {_short(text)}: check the kafka.client ssl.* settings"
+        return f"TLS handshake failed: {_short(text)}: check the {settings.prefix}ssl.* settings"
     if "disconnected" in low and "state apiversion_query" in low:
         return f"the broker closed the connection before answering (a TLS listener?): {protocol}"
     if "disconnected" in low and re.search(r"after \d{1,3}ms in state up\b", low) and "SASL" not in proto:
         return (f"the broker closed the connection at the first request (a SASL listener?): {protocol} "
                 "and set sasl.mechanism, sasl.username and sasl.password_file")
-    return _short(text)
+    return ""
 
 
 def _short(text: str) -> str:
@@ -219,7 +220,11 @@ class ErrorLog:
             self._raw, self._reason = text, ""
 
     def reason(self) -> str:
-        """The last error as a reason that says what to fix, or '' when none was seen since clear()."""
+        """The last error, as a reason that says what to fix where it is a refusal; '' when none was seen since clear()."""
+        return self.refusal() or _short(self.settings.redact(self._raw))
+
+    def refusal(self) -> str:
+        """The reason when the last error means the cluster refused us (credentials, TLS, protocol), else ''."""
         with self._lock:
             raw, reason = self._raw, self._reason
         if raw and not reason:
