@@ -244,7 +244,6 @@ class ProbeService:
         self.bootstrap = bootstrap_servers
         self.settings = settings or ClientSettings()
         self.client_errors = ErrorLog(self.settings, bootstrap_servers)
-        self._refused_logged = ""
         self.config = config
         self.instance = instance
         self.run_id = uuid.uuid4()
@@ -294,15 +293,8 @@ class ProbeService:
         refused = self.client_errors.reason()  # outside the lock: explaining a TLS failure opens a connection
         with self._lock:
             up = self._up()
-            if up or not refused:
-                if up:
-                    self._refused_logged = ""  # a new failure streak logs its reason again
-                return up, self._error()
-        # The cluster refusing us (credentials, TLS) is what to fix, whatever each thread saw: said once per reason.
-        if refused != self._refused_logged:
-            log.warning("probe: %s", refused)
-        self._refused_logged = refused
-        return up, refused
+            # The cluster refusing us (credentials, TLS) is what to fix, whatever each thread saw.
+            return up, refused if refused and not up else self._error()
 
     def _up(self) -> bool:
         return all(self._running.values()) and self._topology is not None and not self._errors["manager"]

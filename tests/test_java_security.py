@@ -79,5 +79,5 @@ def test_a_keystore_truststore_is_converted_to_pem_with_keytool(tmp_path, store_
     conf, _rest = translate({"ssl.truststore.location": str(store), "ssl.truststore.password": "tspass123",
                              "ssl.truststore.type": store_type})
     assert conf["ssl.ca.pem"].strip() == (tmp_path / "ca.pem").read_text().strip()
-    with pytest.raises(JavaPropError, match="keytool cannot read .*check ssl.truststore.password"):
+    with pytest.raises(JavaPropError, match=r"keytool cannot read .*check ssl\.truststore\.password"):
         translate({"ssl.truststore.location": str(store), "ssl.truststore.password": "wrong-pass"})

@@ -70,17 +70,17 @@ def test_a_bad_client_setting_stops_kdiag_run_with_one_line_and_exit_2(tmp_path,
 def test_jmx_credentials_files_must_be_readable(tmp_path):
     f = tmp_path / "kdiag.yaml"
     f.write_text("kafka:\n  bootstrap_servers: 127.0.0.1:1\n  jmx_username: u\n  jmx_password_file: /nonexistent/jmx\n")
-    with pytest.raises(ConfigError, match="kafka.jmx_password_file: cannot read /nonexistent/jmx"):
+    with pytest.raises(ConfigError, match=r"kafka\.jmx_password_file: cannot read /nonexistent/jmx"):
         load_config(f)
     f.write_text("kafka:\n  bootstrap_servers: 127.0.0.1:1\n  jmx_username: u\n")
-    with pytest.raises(ConfigError, match="kafka.jmx_username: set kafka.jmx_password_file too"):
+    with pytest.raises(ConfigError, match=r"kafka\.jmx_username: set kafka\.jmx_password_file too"):
         load_config(f)
 
 
 def test_the_client_mapping_must_be_a_mapping(tmp_path):
     f = tmp_path / "kdiag.yaml"
     f.write_text("kafka:\n  client: [security.protocol]\n")
-    with pytest.raises(ConfigError, match="kafka.client: expected a mapping"):
+    with pytest.raises(ConfigError, match=r"kafka\.client: expected a mapping"):
         load_config(f)
 
 
