@@ -290,7 +290,7 @@ class ProbeService:
 
     def health(self) -> tuple[bool, str]:
         """Whether the probe is up, and what is wrong when it is not."""
-        refused = self.client_errors.reason()  # outside the lock: explaining a TLS failure opens a connection
+        refused = self.client_errors.refusal()  # outside the lock: explaining a TLS failure opens a connection
         with self._lock:
             up = self._up()
             # The cluster refusing us (credentials, TLS) is what to fix, whatever each thread saw.
@@ -329,7 +329,7 @@ class ProbeService:
                 self._errors[name] = ""
 
     def _failed(self, name: str, e: Exception) -> None:
-        message = self.client_errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
+        message = self.client_errors.refusal() or self.settings.redact(f"{type(e).__name__}: {e}")
         with self._lock:
             self._running[name] = False
             if not self._errors[name]:

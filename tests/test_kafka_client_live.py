@@ -76,6 +76,13 @@ def error_info(metrics: str, collector: str) -> str:
     return m.group(1).replace('\\"', '"') if m else ""
 
 
+def cmdline(path: Path) -> str:
+    """A process's command line, '' when it ended meanwhile."""
+    with contextlib.suppress(OSError):
+        return path.read_bytes().decode(errors="replace")
+    return ""
+
+
 def test_daemon_on_sasl_ssl_serves_and_never_shows_the_password(secure_lab, tmp_path):
     log = tmp_path / "kdiag.log"
     with daemon(Path(secure_lab["config"]), log) as url:
@@ -84,6 +91,8 @@ def test_daemon_on_sasl_ssl_serves_and_never_shows_the_password(secure_lab, tmp_
             "kafka_admin, kafka_jmx and probe at success 1 on the sasl_ssl lab", [log])
         assert 'kdiag_kafka_jmx_up{endpoint="' in metrics
         served = metrics + get(f"{url}/api/diagnoses") + get(f"{url}/healthz")
+        # /proc/PID/cmdline is world-readable: no process (the JmxTool JVM included) may carry a secret there.
+        cmdlines = "".join(map(cmdline, Path("/proc").glob("[0-9]*/cmdline")))
     recording = tmp_path / "rec"
     recorded = kdiag("record", "--config", secure_lab["config"], "-o", str(recording), "--duration", "6s", "--interval", "3s")
     assert recorded.returncode == 0, recorded.stderr
@@ -93,7 +102,7 @@ def test_daemon_on_sasl_ssl_serves_and_never_shows_the_password(secure_lab, tmp_
     reports.append(kdiag("diagnose", "--config", secure_lab["config"], "--duration", "4s", "--step", "2s"))
     assert all(r.returncode == 0 for r in reports), [r.stderr for r in reports]
     texts = {"log": log.read_text(), "served": served, "reports": "".join(r.stdout + r.stderr for r in reports),
-             "record": recorded.stdout + recorded.stderr}
+             "record": recorded.stdout + recorded.stderr, "cmdlines": cmdlines}
     texts.update({str(p): p.read_text(errors="replace") for p in recording.rglob("*") if p.is_file()})
     for secret in lab_secrets(secure_lab):
         assert len(secret) >= 8
