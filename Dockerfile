@@ -6,24 +6,29 @@
 #   --pid=host                   the host's processes (brokers, top storage readers)
 #   --network=host               the host's NICs: /proc/net/* and /sys/class/net are per network namespace
 #   -v /proc:/host/proc:ro -v /sys:/host/sys:ro   and   run --procfs /host/proc --sysfs /host/sys
+# JMX: kdiag keeps one JmxTool JVM per broker (the JRE is in the image); mount the broker's jars and
+# set kafka.jmx_classpath, e.g. -v /opt/kafka/libs:/opt/kafka/libs:ro and jmx_classpath: /opt/kafka/libs/*
 #
-# Reading another user's /proc/PID/io, fd/ and cwd passes the kernel's ptrace access check only with
-# CAP_SYS_PTRACE (listing the 0500 fd/ directory of another user also needs CAP_DAC_READ_SEARCH).
-# Docker does not make --cap-add effective for a non-root USER (the capabilities land in the
-# inheritable set only), so pick one of:
-#   --user "$(id -u kafka)"       same uid as the broker: its /proc entries are readable without capabilities
-#   --user 0 --cap-drop ALL --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH   every process on the host
+# Non-root, as the broker's uid (its /proc entries are then readable without any capability); see
+# docs/DEPLOY.md for what the two --cap-add flags do (under Docker: nothing for a non-root user).
 #
 # docker run -d --name kdiag --pid=host --network=host --read-only \
-#   -v /proc:/host/proc:ro -v /sys:/host/sys:ro -v /etc/kdiag:/etc/kdiag:ro \
-#   --user 0 --cap-drop ALL --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH \
+#   --user "$(id -u kafka):$(id -g kafka)" --security-opt no-new-privileges \
+#   --cap-drop ALL --cap-add SYS_PTRACE --cap-add DAC_READ_SEARCH \
+#   -v /proc:/host/proc:ro -v /sys:/host/sys:ro -v /etc/kdiag:/etc/kdiag:ro -v /opt/kafka/libs:/opt/kafka/libs:ro \
 #   kdiag run --procfs /host/proc --sysfs /host/sys --config /etc/kdiag/kdiag.yaml
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    KDIAG_HEALTHCHECK_URL=http://127.0.0.1:9745/healthz
+
+# The JmxTool JVM that reads the brokers' MBeans.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends default-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
 COPY pyproject.toml ./
@@ -37,5 +42,8 @@ RUN pip install . \
 WORKDIR /
 USER kdiag
 EXPOSE 9745
+# /healthz turns non-200 when collection stalls; point KDIAG_HEALTHCHECK_URL elsewhere if --listen differs.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['KDIAG_HEALTHCHECK_URL'], timeout=4)"]
 ENTRYPOINT ["kdiag"]
 CMD ["run"]

@@ -6,12 +6,11 @@ import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kdiag.alerts import RUNBOOK_BASE, alert_name, runbook_url
+from kdiag.http_client import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
 
 if TYPE_CHECKING:
     from kdiag.engine import Diagnosis
@@ -49,11 +48,12 @@ class AlertPusher:
     """Posts firing diagnoses to Alertmanager from a background thread; offer() only hands over the latest state."""
 
     def __init__(self, url: str, instance: str, resend_interval: float = 60.0, timeout: float = 5.0,
-                 backoff_max: float = 60.0, runbook_base: str = RUNBOOK_BASE):
-        self.endpoint = url.rstrip("/") + "/api/v2/alerts"
+                 backoff_max: float = 60.0, runbook_base: str = RUNBOOK_BASE, basic_auth: BasicAuth | None = None,
+                 authorization: Authorization | None = None, tls_config: TLSConfig | None = None):
+        # Credentials in the URL become basic auth; logs only ever name the URL without them.
+        self.client = HttpClient(url, timeout, basic_auth, authorization, tls_config)
         self.instance = instance
         self.resend_interval = resend_interval
-        self.timeout = timeout
         self.backoff_max = backoff_max
         self.runbook_base = runbook_base
         self._lock = threading.Lock()
@@ -64,7 +64,7 @@ class AlertPusher:
         self._firing: dict[Key, dict] = {}  # what Alertmanager was last told is firing
         self._resolving: dict[Key, dict] = {}  # endsAt posts not yet accepted
         self._thread: threading.Thread | None = None
-        self.outage = False
+        self.outage = ""  # the kind of failure last logged; empty while pushes succeed
         self.posts = 0
         self.failures = 0
 
@@ -130,21 +130,17 @@ class AlertPusher:
         # Firing alerts say when they expire so that a dead kdiag's alerts resolve themselves.
         expires = timestamp(time.time() + 4 * self.resend_interval)
         body = [{**a, "endsAt": expires} for a in self._firing.values()] + list(self._resolving.values())
-        request = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                response.read()
-        except (urllib.error.URLError, OSError, ValueError) as e:
-            if not self.outage:
-                log.warning("Alertmanager at %s unreachable (%s): retrying with backoff up to %gs",
-                            self.endpoint, getattr(e, "reason", e), self.backoff_max)
-                self.outage = True
+            self.client.post_json("/api/v2/alerts", body)
+        except PushError as e:
+            if e.kind != self.outage:  # one line per kind of failure, not one per retry
+                log.warning("%s: retrying with backoff up to %gs", e, self.backoff_max)
+                self.outage = e.kind
             self.failures += 1
             return False
         if self.outage:
-            log.info("Alertmanager at %s reachable again", self.endpoint)
-            self.outage = False
+            log.info("Alertmanager at %s reachable again", self.client.url)
+            self.outage = ""
         self._resolving.clear()
         self.posts += 1
         return True

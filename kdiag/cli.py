@@ -14,7 +14,7 @@ from pathlib import Path
 from kdiag import __version__
 from kdiag.config import Config, ConfigError, load_config
 from kdiag.engine import CatalogError, parse_duration
-from kdiag.recording import Recording, RecordingError, record
+from kdiag.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, RecordingError, record
 
 
 def _duration(text: str) -> float:
@@ -22,6 +22,13 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _interval(text: str) -> float:
+    seconds = _duration(text)
+    if not MIN_INTERVAL <= seconds <= MAX_INTERVAL:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration from {MIN_INTERVAL:g}s to {MAX_INTERVAL:g}s")
+    return seconds
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -143,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="a recording directory or .tar.gz")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--duration", type=_duration, default=15.0, help="live: how long to sample (default 15s)")
-    p.add_argument("--step", type=_duration, default=3.0, help="live: time between samples (default 3s)")
+    p.add_argument("--step", type=_interval, default=3.0, help="live: time between samples (default 3s)")
     p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("record", help="record /proc, /sys and Kafka snapshots for later diagnosis")
@@ -151,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _kafka(p)
     p.add_argument("-o", "--output", required=True, help="new directory, or a file ending in .tar.gz")
     p.add_argument("--duration", type=_duration, default=120.0, help="how long to record (default 120s)")
-    p.add_argument("--interval", type=_duration, default=5.0, help="time between snapshots (default 5s)")
+    p.add_argument("--interval", type=_interval, default=5.0, help="time between snapshots (default 5s)")
     p.set_defaults(func=cmd_record)
 
     rules = sub.add_parser("rules", help="check or list the rule catalog")
@@ -165,9 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     alerts.add_parser(rules_sub)
 
-    from kdiag import lab
+    from kdiag import lab_cli
 
-    lab.add_parser(sub)
+    lab_cli.add_parser(sub)
     from kdiag import bench
 
     bench.add_parser(sub)
@@ -186,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     except CatalogError as e:
         print(f"kdiag: the rule catalog has {len(e.errors)} error(s):\n{e}", file=sys.stderr)
         return 1
-    except (ConfigError, RecordingError) as e:
+    except RecordingError as e:
+        print(f"kdiag: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt as e:
+        print("kdiag: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
+        return 130
+    except ConfigError as e:
         print(f"kdiag: {e}", file=sys.stderr)
         return 2

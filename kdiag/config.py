@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from kdiag.engine import parse_duration
+from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_settings
 from kdiag.kafka_client import ClientConfigError, ClientSettings
 from kdiag.probe import ProbeConfig
 
@@ -30,6 +31,7 @@ class ProcessesConfig:
 
     top_n: int = 5
     log_dirs: list[str] = field(default_factory=list)
+    cmdline: str = "redacted"  # the kdiag_process_info cmdline label: redacted | off | full
 
 
 @dataclass
@@ -85,6 +87,10 @@ class AlertmanagerConfig:
     url: str = ""
     resend_interval: Duration = Duration(60.0)
     timeout: Duration = Duration(5.0)
+    # As in Prometheus's alertmanager_config; credentials in the url (http://user:pass@host) count as basic_auth.
+    basic_auth: BasicAuth = field(default_factory=BasicAuth)
+    authorization: Authorization = field(default_factory=Authorization)
+    tls_config: TLSConfig = field(default_factory=TLSConfig)
 
 
 @dataclass
@@ -116,6 +122,8 @@ class Config:
             raise ConfigError("history: must hold at least 10 intervals")
         if self.processes.top_n < 0:
             raise ConfigError("processes.top_n: must be 0 or more")
+        if self.processes.cmdline not in ("redacted", "off", "full"):
+            raise ConfigError(f"processes.cmdline: '{self.processes.cmdline}' is not redacted, off or full")
         try:
             self.probe.validate()
         except ValueError as e:
@@ -123,8 +131,12 @@ class Config:
         if self.kafka.jmx and not self.kafka.bootstrap_servers:
             raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
         self.kafka.validate()
-        if self.alertmanager.url and not self.alertmanager.url.startswith(("http://", "https://")):
-            raise ConfigError(f"alertmanager.url: '{self.alertmanager.url}' is not an http(s) URL")
+        am = self.alertmanager
+        if am.url:
+            try:
+                check_settings(am.url, am.basic_auth, am.authorization, am.tls_config, "alertmanager")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
 
 
 def _convert(tp: Any, value: Any, path: str) -> Any:

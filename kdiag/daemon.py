@@ -47,7 +47,7 @@ def host_collectors(config: Config) -> list[Collector]:
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
         NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
         MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(),
-        ProcessesCollector(config.processes.top_n, config.processes.log_dirs),
+        ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
         LoadgenCollector(config.loadgen.stats_dir),
     ]
 
@@ -157,7 +157,8 @@ class Daemon:
             from kdiag.alertmanager import AlertPusher
 
             am = config.alertmanager
-            self.pusher = AlertPusher(am.url, host, am.resend_interval, am.timeout)
+            self.pusher = AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
+                                      authorization=am.authorization, tls_config=am.tls_config)
         self._replay = None
 
     def start(self) -> None:

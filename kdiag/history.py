@@ -49,6 +49,11 @@ class History:
             if points[-1][0] == self.latest_time:
                 yield dict(key[1]), points, self._kinds[key]
 
+    def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
+        """(labels, points) of every series with this name seen within the retention, absent now or not."""
+        for key in self._by_name.get(name, ()):
+            yield dict(key[1]), self._points[key]
+
     def latest(self, name: str, **labels: str) -> float | None:
         """Latest value of one series, or None when it is absent from the latest snapshot."""
         points = self._points.get((name, tuple(sorted(labels.items()))))

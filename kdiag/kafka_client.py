@@ -104,7 +104,8 @@ class ClientSettings:
         """A client config: kafka.client under kdiag's own settings for this client, errors into `errors`."""
         conf: dict[str, Any] = {**self.props, **base}
         if errors is not None:
-            # Logs go to `errors` (served by poll()), never to stderr: level 6 keeps librdkafka's FAIL lines.
+            # Logs go to `errors` (served by poll()), never to stderr, where every failed reconnect would be a line;
+            # level 6 keeps librdkafka's FAIL lines, which say why a connection dropped.
             conf.update({"error_cb": errors.record, "logger": errors, "log_level": 6})
         return conf
 

@@ -1,20 +1,16 @@
-"""`kdiag lab`: a local Apache Kafka 4.x KRaft cluster run from Maven Central jars.
+"""`kdiag lab`: a local Apache Kafka 4.x KRaft cluster run from Maven Central jars (CLI: lab_cli.py).
 
-Layout of DIR (default $KDIAG_LAB_DIR or ~/.cache/kdiag/lab): libs/ (jars), pom.xml, lab.json and
-node-N/ (server.properties, pid, server.log, stdout.log, data/).
+Layout of DIR (default $KDIAG_LAB_DIR or ~/.cache/kdiag/lab): libs/ (jars, lab_jars.py), pom.xml, lab.json,
+kdiag.yaml (a kdiag config for the lab), secrets/ (secured modes, lab_security.py) and node-N/
+(server.properties, pid, server.log, stdout.log, data/).
 
 Ports: node N (1-based) owns the block B = base + 10*(N-1), base defaulting to 9092:
-client (PLAINTEXT) B, controller B+1, JMX B+907, all on 127.0.0.1 only. So one broker is
+client B, controller B+1, JMX B+907, all on 127.0.0.1 only. So one broker is
 9092 / 9093 / JMX 9999 and three brokers are 9092,9102,9112 / 9093,9103,9113 / JMX 9999,10009,10019.
 Every node is process.roles=broker,controller with a static controller.quorum.voters.
 
-`up` prints, on stdout, lines meant for parsing:
-    lab: running brokers=N kafka=V dir=DIR
-    bootstrap: 127.0.0.1:9092[,...]
-    broker: N 127.0.0.1:CLIENT controller=127.0.0.1:CTRL
-    jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi
-and writes DIR/lab.json: {"brokers", "bootstrap", "jmx": {"N": url}, "pids": {"N": pid},
-"kafka_version", "base_port", "cluster_id", "dir", "nodes": {"N": {"client", "controller", "jmx_port"}}}.
+DIR/lab.json: {"brokers", "bootstrap", "jmx": {"N": url}, "pids": {"N": pid}, "kafka_version", "base_port",
+"cluster_id", "dir", "nodes": {"N": {"client", "controller", "jmx_port"}}, "security"}.
 """
 
 from __future__ import annotations
@@ -24,42 +20,21 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 from kdiag import lab_security
+from kdiag.lab_jars import LABFILES, LabError, check_java, fetch_jars
 from kdiag.collectors.processes import parse_stat
 
 KAFKA_VERSION = "4.4.0"
 DEFAULT_BASE_PORT = 9092
 HEAP = "-Xmx512m"
-LABFILES = Path(__file__).parent / "labfiles"
-REQUIRED_CLASSES = (
-    "kafka/Kafka.class",
-    "kafka/tools/StorageTool.class",
-    "org/apache/kafka/tools/ProducerPerformance.class",
-)
-INSTALL_HINTS = {
-    "java": "java not found: install a JDK 17+ (Debian: apt-get install openjdk-17-jre-headless)",
-    "mvn": "mvn not found: install Apache Maven 3.6+ (Debian: apt-get install maven)",
-}
-
-
-class LabError(Exception):
-    """A lab failure reported to the user with an exit code."""
-
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
-
-
 def lab_dir(dir: str | os.PathLike | None = None) -> Path:
     """Return the lab directory: the argument, $KDIAG_LAB_DIR or ~/.cache/kdiag/lab."""
     if dir:
@@ -132,57 +107,15 @@ def read_lab(dir: str | os.PathLike | None = None) -> dict | None:
     return info
 
 
-def _need(tool: str) -> None:
-    if not shutil.which(tool):
-        raise LabError(INSTALL_HINTS[tool], 2)
-
-
-def _check_java() -> None:
-    _need("java")
-    out = subprocess.run(["java", "-version"], check=False, capture_output=True, text=True).stderr
-    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
-    major = int(m.group(1)) if m else 0
-    if major == 1 and m.group(2):
-        major = int(m.group(2))
-    if major < 17:
-        raise LabError(f"java is version {major or '?'}: Kafka 4.x needs a JDK 17+ "
-                       "(Debian: apt-get install openjdk-17-jre-headless)", 2)
-
-
-def _jars_ok(libs: Path, version: str) -> bool:
-    marker = libs / ".kafka-version"
-    return marker.is_file() and marker.read_text().strip() == version and any(libs.glob("kafka_2.13-*.jar"))
-
-
-def fetch_jars(d: Path, version: str) -> None:
-    """Fetch Kafka, its tools and a log4j2 backend into DIR/libs with Maven, unless already there."""
-    libs = d / "libs"
-    if _jars_ok(libs, version):
-        return
-    _need("mvn")
-    shutil.rmtree(libs, ignore_errors=True)
-    pom = d / "pom.xml"
-    pom.write_text((LABFILES / "pom.xml.template").read_text().replace("@KAFKA_VERSION@", version))
-    print(f"fetching Kafka {version} jars with Maven into {libs} ...", file=sys.stderr, flush=True)
-    t0 = time.monotonic()
-    proc = subprocess.run(
-        ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
-        check=False, capture_output=True, text=True,
-    )
-    if proc.returncode != 0:
-        shutil.rmtree(libs, ignore_errors=True)
-        raise LabError(f"mvn failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    missing = set(REQUIRED_CLASSES)
-    for jar in libs.glob("*.jar"):
-        with zipfile.ZipFile(jar) as z:
-            missing -= set(z.namelist())
-    if missing:
-        shutil.rmtree(libs, ignore_errors=True)
-        raise LabError(f"Kafka {version} jars lack {', '.join(sorted(missing))}")
-    size = sum(f.stat().st_size for f in libs.glob("*.jar"))
-    print(f"fetched {size / 1e6:.0f} MB of jars in {time.monotonic() - t0:.0f}s", file=sys.stderr)
-    (libs / ".kafka-version").write_text(version + "\n")
+def lab_config(dir: str | os.PathLike | None = None) -> Path:
+    """Return DIR/kdiag.yaml, writing it first for a lab started before `lab up` wrote one."""
+    d = lab_dir(dir)
+    info = _load(d)
+    if info is None:
+        raise LabError(f"no lab in {d}: run `kdiag lab up`")
+    if not (d / "kdiag.yaml").exists():
+        lab_security.write_kdiag_yaml(d, info)
+    return d / "kdiag.yaml"
 
 
 def _cluster_id() -> str:
@@ -248,7 +181,7 @@ def _format(d: Path, nodes: list[int], cluster_id: str, security: str) -> None:
     for n, proc in procs.items():
         out = proc.communicate()[0]
         if proc.returncode != 0:
-            raise LabError(f"formatting node {n} failed:\n{out}")
+            raise LabError(f"formatting node {n} failed:\n{lab_security.redact(d, out)}")
 
 
 def _start(d: Path, n: int, jmx_port: int, security: str) -> int:
@@ -287,7 +220,7 @@ def _describe_brokers(d: Path, info: dict) -> list[int]:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": info["bootstrap"], "log_level": 0, "socket.timeout.ms": 5000,
-                         **lab_security.client_conf(d, _security(info))})
+                         **lab_security.client_conf(d, lab_security.security_of(info))})
     try:
         return sorted(node.id for node in admin.describe_cluster(request_timeout=5).result(timeout=6).nodes)
     except (KafkaException, TimeoutError):
@@ -327,24 +260,6 @@ def _wait_ready(d: Path, info: dict, timeout: float) -> None:
         time.sleep(1)
 
 
-def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
-    """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
-    lines = [
-        f"lab: {state} brokers={info['brokers']} security={_security(info)} kafka={info['kafka_version']} "
-        f"dir={info['dir']}",
-        f"bootstrap: {info['bootstrap']}",
-    ]
-    for n in range(1, info["brokers"] + 1):
-        node = info["nodes"][str(n)]
-        lines.append(f"broker: {n} 127.0.0.1:{node['client']} controller=127.0.0.1:{node['controller']}")
-    for n in range(1, info["brokers"] + 1):
-        lines.append(f"jmx: {n} {info['jmx'][str(n)]}")
-    if pids is not None:
-        for n, pid in pids.items():
-            lines.append(f"node: {n} running pid={pid}" if pid else f"node: {n} stopped")
-    return lines
-
-
 def _stop(d: Path, info: dict, timeout: float = 30, nodes: list[int] | None = None) -> None:
     """SIGTERM every running node (or only those in nodes), wait up to timeout, then SIGKILL what is left."""
     running = {n: pid for n, pid in _pids(d, info).items() if pid}
@@ -375,10 +290,6 @@ def _stop(d: Path, info: dict, timeout: float = 30, nodes: list[int] | None = No
         (d / f"node-{n}" / "pid").unlink(missing_ok=True)
 
 
-def _security(info: dict) -> str:
-    return info.get("security", "none")  # labs started before --security existed
-
-
 def _remove_data(d: Path) -> None:
     """Delete the nodes' storage and the secrets formatted into it."""
     for node_dir in d.glob("node-*"):
@@ -394,24 +305,22 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     live = _pids(d, old) if old else {}
     base = base_port or (old or {}).get("base_port") or DEFAULT_BASE_PORT
     version = kafka_version or (old or {}).get("kafka_version") or KAFKA_VERSION
-    same = bool(old) and ((old["brokers"], old["base_port"], old["kafka_version"], _security(old))
-                          == (brokers, base, version, security))
+    wanted = (brokers, base, version, security)
+    same = (bool(old) and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old)) == wanted
+            and (security == "none" or lab_security.secrets_dir(d).is_dir()))  # lost secrets: rebuild
     if same and all(live.values()):
         lab_security.write_kdiag_yaml(d, old)
         return old
-    _check_java()
+    check_java()
     if not same:
         if any(live.values()):
             print("lab config changed: stopping the running lab", file=sys.stderr)
             _stop(d, old)
-        # Storage formatted for another quorum, version or security mode cannot be reused.
+        # Storage formatted for another quorum, version, security mode or secrets cannot be reused.
         _remove_data(d)
     d.mkdir(parents=True, exist_ok=True)
     fetch_jars(d, version)
-    try:
-        lab_security.prepare(d, security)
-    except lab_security.SecurityError as e:
-        raise LabError(str(e)) from None
+    lab_security.prepare(d, security)
 
     nodes = {str(n): ports(n, base) for n in range(1, brokers + 1)}
     to_start = [n for n in range(1, brokers + 1) if not (same and live.get(n))]
@@ -456,7 +365,7 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
 
 
 @contextlib.contextmanager
-def _locked(d: Path):
+def locked(d: Path):
     """Hold an exclusive lock on DIR so concurrent `up`/`down` calls run one after another."""
     d.mkdir(parents=True, exist_ok=True)
     with open(d / ".lock", "w") as f:
@@ -475,97 +384,39 @@ def _lab_with_node(d: Path, n: int) -> dict:
 def stop_node(n: int, dir=None, timeout: float = 30) -> None:
     """Stop node n of the lab in DIR (a controlled shutdown when the others keep the quorum)."""
     d = lab_dir(dir)
-    with _locked(d):
+    with locked(d):
         _stop(d, _lab_with_node(d, n), timeout, nodes=[n])
 
 
 def start_node(n: int, dir=None, timeout: float = 180) -> dict:
     """Start node n of the lab in DIR unless it runs, wait until every broker answers; return lab.json."""
     d = lab_dir(dir)
-    with _locked(d):
+    with locked(d):
         info = _lab_with_node(d, n)
         if not _pids(d, info)[n]:
-            info["pids"][str(n)] = _start(d, n, info["nodes"][str(n)]["jmx_port"], _security(info))
+            security = lab_security.security_of(info)
+            info["pids"][str(n)] = _start(d, n, info["nodes"][str(n)]["jmx_port"], security)
             (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
         _wait_ready(d, info, timeout)
     return info
 
 
-def _run(fn):
-    def wrapped(args) -> int:
-        try:
-            return fn(args)
-        except LabError as e:
-            print(f"kdiag lab: {e}", file=sys.stderr)
-            return e.code
-    return wrapped
-
-
-@_run
-def cmd_up(args) -> int:
-    """Handle `kdiag lab up`."""
-    with _locked(lab_dir(args.dir)):
-        info = up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security)
-    print("\n".join(_info_lines(info, "running")), flush=True)
-    return 0
-
-
-@_run
-def cmd_status(args) -> int:
-    """Handle `kdiag lab status`."""
-    d = lab_dir(args.dir)
+def status(dir=None) -> tuple[dict | None, dict[int, int | None]]:
+    """Return lab.json of the lab in DIR (None if absent) and node id -> live pid (None if stopped)."""
+    d = lab_dir(dir)
     info = _load(d)
-    if not info:
-        print(f"lab: absent dir={d}")
-        return 1
-    pids = _pids(d, info)
-    state = "running" if all(pids.values()) else "degraded" if any(pids.values()) else "stopped"
-    print("\n".join(_info_lines(info, state, pids)))
-    return 0 if all(pids.values()) else 1
+    return info, _pids(d, info) if info else {}
 
 
-@_run
-def cmd_down(args) -> int:
-    """Handle `kdiag lab down`."""
-    d = lab_dir(args.dir)
+def down(dir=None, purge: bool = False) -> bool:
+    """Stop the lab in DIR, with purge also delete its data, secrets and kdiag.yaml; False if there is none."""
+    d = lab_dir(dir)
     if not (d / "lab.json").exists():
-        print(f"lab: absent dir={d}")
-        return 0
-    with _locked(d):
-        info = _load(d) or {"brokers": 0}
-        _stop(d, info)
-        print(f"lab: stopped dir={d}")
-        if args.purge:
+        return False
+    with locked(d):
+        _stop(d, _load(d) or {"brokers": 0})
+        if purge:
             _remove_data(d)
             (d / "lab.json").unlink(missing_ok=True)
             (d / "kdiag.yaml").unlink(missing_ok=True)
-            print(f"lab: purged data under {d}")
-    return 0
-
-
-def add_parser(subparsers) -> None:
-    """Register the `lab` subcommand (up, status, down) on an argparse subparsers object."""
-    lab = subparsers.add_parser("lab", help="run a local Kafka KRaft cluster for trying kdiag")
-    sub = lab.add_subparsers(dest="lab_command", required=True)
-    dir_help = "lab directory (default: $KDIAG_LAB_DIR or ~/.cache/kdiag/lab)"
-
-    p = sub.add_parser("up", help="start the lab (no-op if already running)")
-    p.add_argument("--brokers", type=int, choices=(1, 3), default=1)
-    p.add_argument("--dir", help=dir_help)
-    p.add_argument("--kafka-version", help=f"Kafka version from Maven Central (default {KAFKA_VERSION})")
-    p.add_argument("--base-port", type=int,
-                   help=f"client port of node 1; node N uses base+10*(N-1) (default {DEFAULT_BASE_PORT})")
-    p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the brokers")
-    p.add_argument("--security", choices=lab_security.MODES, default="none",
-                   help="client listener: PLAINTEXT, TLS, SCRAM-SHA-512, or SCRAM over TLS; secured modes also "
-                        "guard JMX with a password (TLS too in ssl and sasl_ssl); see DIR/kdiag.yaml")
-    p.set_defaults(func=cmd_up)
-
-    p = sub.add_parser("status", help="show whether each node runs; exit 1 unless all do")
-    p.add_argument("--dir", help=dir_help)
-    p.set_defaults(func=cmd_status)
-
-    p = sub.add_parser("down", help="stop the lab")
-    p.add_argument("--dir", help=dir_help)
-    p.add_argument("--purge", action="store_true", help="also delete the node data and logs")
-    p.set_defaults(func=cmd_down)
+    return True

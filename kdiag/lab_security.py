@@ -8,7 +8,9 @@ JMX asks for a password (user "kdiag", read-only), over TLS in ssl and sasl_ssl.
 DIR/secrets (0700, every file 0600) holds: kdiag.password (SASL), broker.password, ca.crt/ca.key and the
 broker certificate (broker.pem: key + chain, Kafka's PEM keystore; broker.p12 for JMX's TLS), the JMX files
 (jmx.password for the client, jmxremote.password/.access and management.properties for the JVM) and
-truststore.p12 (the CA, for JMX clients). Passwords reach Java through files, never argv.
+truststore.p12 (the CA, for JMX clients), and format-N.args (the StorageTool's java argfile with the SCRAM
+users). Passwords reach Java through files, never argv; only node-N/server.properties (0600) repeats one,
+the broker's own SCRAM password in its JAAS line.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from kdiag.lab_jars import LabError, need
+
 MODES = ("none", "ssl", "sasl_plaintext", "sasl_ssl")
 MECHANISM = "SCRAM-SHA-512"
 USER = "kdiag"
@@ -27,8 +31,9 @@ BROKER_USER = "broker"
 CERT_DAYS = 825
 
 
-class SecurityError(Exception):
-    """Making the secrets of a secured lab failed (openssl or keytool)."""
+def security_of(info: dict) -> str:
+    """The security mode of a lab.json ("none" for labs started before --security existed)."""
+    return info.get("security", "none")
 
 
 def tls(mode: str) -> bool:
@@ -64,7 +69,7 @@ def _password(path: Path) -> str:
 def _tool(*cmd: str | Path, cwd: Path) -> None:
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SecurityError(f"{cmd[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+        raise LabError(f"{cmd[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
 
 
 def _certificates(s: Path) -> None:
@@ -120,6 +125,8 @@ def prepare(d: Path, mode: str) -> None:
     """Make DIR/secrets for mode (kept across restarts: the brokers' SCRAM users are formatted in)."""
     if mode == "none":
         return
+    need("openssl")
+    need("keytool")
     s = secrets_dir(d)
     s.mkdir(mode=0o700, parents=True, exist_ok=True)
     s.chmod(0o700)
@@ -160,6 +167,14 @@ def listener_lines(d: Path, mode: str, client_port: int, controller_port: int) -
             f'username="{BROKER_USER}" password="{password}";',
         ]
     return lines
+
+
+def redact(d: Path, text: str) -> str:
+    """text with every password of the lab's secrets replaced by ***."""
+    for f in secrets_dir(d).glob("*password"):
+        if secret := f.read_text().strip():
+            text = text.replace(secret, "***")
+    return text
 
 
 def format_command(d: Path, mode: str, node: int, java_args: list[str]) -> list[str]:
@@ -205,7 +220,7 @@ def client_conf(d: Path, mode: str) -> dict:
 
 def kdiag_config(d: Path, info: dict) -> dict:
     """A complete kdiag config for the lab: bootstrap, JMX (with credentials) and client security."""
-    mode = info.get("security", "none")
+    mode = security_of(info)
     kafka = {
         "bootstrap_servers": info["bootstrap"],
         "jmx": [info["jmx"][n] for n in sorted(info["jmx"], key=int)],
@@ -222,5 +237,6 @@ def kdiag_config(d: Path, info: dict) -> dict:
 
 def write_kdiag_yaml(d: Path, info: dict) -> None:
     """Write DIR/kdiag.yaml (secrets stay in DIR/secrets; the file only names them)."""
-    header = f"# Written by `kdiag lab up` ({info.get('security', 'none')} lab): kdiag run --config {d / 'kdiag.yaml'}\n"
+    header = (f"# Written by `kdiag lab up` (security: {security_of(info)}); "
+              f"kdiag run --config {d / 'kdiag.yaml'}\n")
     (d / "kdiag.yaml").write_text(header + yaml.safe_dump(kdiag_config(d, info), sort_keys=False))

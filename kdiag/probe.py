@@ -342,9 +342,6 @@ class ProbeService:
             "client.id": f"kdiag-probe-{self.instance}",
             # Metadata lookups of a missing probe topic must not auto-create it with broker defaults.
             "allow.auto.create.topics": False,
-            # librdkafka logs every failed reconnect; the probe reports outages through its own metrics.
-            "log_level": 0,
-            "logger": logging.getLogger("kdiag.probe.librdkafka"),
             **extra,
         }, self.client_errors)
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from kdiag.recording_archive import MAX_EPOCH, MAX_JSON_BYTES, is_number, quote, read_regular, resolve_inside
+from kdiag.redact import redact_cmdline_file
 
 
 class Root:
@@ -59,9 +63,13 @@ class Root:
 def recorded_time(meta_file: Path) -> float:
     """The epoch seconds a snapshot's meta.json records; ValueError naming the file when it holds none."""
     try:
-        return float(json.loads(meta_file.read_text())["time"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f'{meta_file}: expected {{"time": <epoch seconds>}} ({type(e).__name__}: {e})') from None
+        taken = json.loads(read_regular(str(meta_file), MAX_JSON_BYTES))["time"]
+        if not is_number(taken) or not 0 <= taken <= MAX_EPOCH:
+            raise ValueError(f"time {quote(taken)} is not epoch seconds from 0 to {MAX_EPOCH:.0f}")
+        return float(taken)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+        why = f"{type(e).__name__}: {str(e)[:200]}"
+        raise ValueError(f'{meta_file}: expected {{"time": <epoch seconds>}} ({why})') from None
 
 
 class SnapshotRoot(Root):
@@ -73,6 +81,26 @@ class SnapshotRoot(Root):
         super().__init__(directory / "proc", directory / "sys", clock=lambda: taken)
         self.directory = directory
 
+    def _inside(self, tree: str, rel: str, follow_last: bool = True) -> str:
+        # Links are followed only while they stay in this snapshot; anything else reads as missing.
+        return resolve_inside(str(self.directory), [tree, *rel.split("/")], follow_last)
+
+    def read(self, tree: str, rel: str) -> str:
+        return read_regular(self._inside(tree, rel)).decode("utf-8", errors="replace")
+
+    def listdir(self, tree: str, rel: str) -> list[str]:
+        return sorted(os.listdir(self._inside(tree, rel)))
+
+    def readlink(self, tree: str, rel: str) -> str:
+        return os.readlink(self._inside(tree, rel, follow_last=False))
+
+    def exists(self, tree: str, rel: str) -> bool:
+        try:
+            self._inside(tree, rel, follow_last=False)
+        except OSError:
+            return False
+        return True
+
     @cached_property
     def kafka_sources(self) -> dict[str, Any]:
         """The Kafka sources' states in this snapshot's kafka.json ({} without one); ValueError when it is unreadable."""
@@ -80,9 +108,9 @@ class SnapshotRoot(Root):
         if not path.exists():
             return {}
         try:
-            sources = json.loads(path.read_text()).get("sources", {})
-        except (ValueError, AttributeError) as e:
-            raise ValueError(f"{path}: not a kdiag Kafka state ({type(e).__name__}: {e})") from None
+            sources = json.loads(read_regular(str(path))).get("sources", {})
+        except (OSError, ValueError, AttributeError, RecursionError) as e:
+            raise ValueError(f"{path}: not a kdiag Kafka state ({type(e).__name__}: {str(e)[:200]})") from None
         if not isinstance(sources, dict):
             raise ValueError(f'{path}: "sources" is not an object')
         return sources
@@ -96,6 +124,7 @@ class SnapshotRoot(Root):
 
 # Target of an fd link whose name was listed but whose target was not read while recording.
 UNRECORDED_LINK = "(not recorded)"
+_CMDLINE = re.compile(r"(\d+|self)/cmdline")
 
 
 class TeeRoot(Root):
@@ -131,7 +160,9 @@ class TeeRoot(Root):
 
     def read(self, tree: str, rel: str) -> str:
         text = super().read(tree, rel)
-        self._copy_target(tree, rel).write_text(text, encoding="utf-8")
+        # Recordings get shared: other processes' secrets stay out of them, whatever processes.cmdline says.
+        copy = redact_cmdline_file(text) if tree == "proc" and _CMDLINE.fullmatch(rel) else text
+        self._copy_target(tree, rel).write_text(copy, encoding="utf-8")
         return text
 
     def listdir(self, tree: str, rel: str) -> list[str]:

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kdiag.collectors.blockdev import is_stacked
 from kdiag.history import History, window_rate
 
 Signals = dict[str, float | str]
@@ -157,6 +158,13 @@ def change_over(history: History, name: str, seconds: float) -> float | None:
     "swap_total_bytes": "configured swap",
     "swap_used_bytes": "swap in use",
     "swappiness": "vm.swappiness",
+    "dirty_ratio": "vm.dirty_ratio: % of memory dirty before writers are throttled to write back themselves",
+    "dirty_background_ratio": "vm.dirty_background_ratio: % of memory dirty before background write-back starts",
+    "broker_processes": "Kafka broker processes running on this host",
+    "memory_total_bytes": "MemTotal",
+    "rmem_max": "net.core.rmem_max: the largest receive buffer a socket may ask for",
+    "wmem_max": "net.core.wmem_max: the largest send buffer a socket may ask for",
+    "nic_rx_queues_max": "receive queues of the NIC with the most (lo excluded)",
     "page_cache_bytes": "page cache (Cached)",
     "page_cache_change_bytes": "change of the page cache over the last 5 minutes",
     "memory_available_bytes": "MemAvailable",
@@ -174,6 +182,7 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
     swap_total = total(latest_by(history, "kdiag_memory_SwapTotal_bytes"))
     swap_free = total(latest_by(history, "kdiag_memory_SwapFree_bytes"))
     out_segs = total(rates_by(history, "kdiag_netstat_Tcp_OutSegs_total", window))
+    sysctl = latest_by(history, "kdiag_sysctl", "name")
     s: Signals = {"name": "host"}
     put(
         s,
@@ -187,7 +196,15 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
         swap_out_pages_per_second=total(rates_by(history, "kdiag_vmstat_pswpout_total", window)),
         swap_total_bytes=swap_total,
         swap_used_bytes=None if swap_total is None or swap_free is None else swap_total - swap_free,
-        swappiness=one(latest_by(history, "kdiag_sysctl", "name"), "vm.swappiness"),
+        swappiness=one(sysctl, "vm.swappiness"),
+        dirty_ratio=one(sysctl, "vm.dirty_ratio"),
+        dirty_background_ratio=one(sysctl, "vm.dirty_background_ratio"),
+        broker_processes=total(latest_by(history, "kdiag_process_is_broker", "pid")),
+        memory_total_bytes=total(latest_by(history, "kdiag_memory_MemTotal_bytes")),
+        rmem_max=one(sysctl, "net.core.rmem_max"),
+        wmem_max=one(sysctl, "net.core.wmem_max"),
+        nic_rx_queues_max=max((n for (dev, direction), n in latest_by(history, "kdiag_network_queues", "device", "direction").items()
+                               if direction == "rx" and dev != "lo"), default=None),
         page_cache_bytes=total(latest_by(history, "kdiag_memory_Cached_bytes")),
         page_cache_change_bytes=change_over(history, "kdiag_memory_Cached_bytes", 300.0),
         memory_available_bytes=total(latest_by(history, "kdiag_memory_MemAvailable_bytes")),
@@ -259,6 +276,18 @@ def nic_signals(history: History, window: float) -> dict[str, Signals]:
     return out
 
 
+def disk_media(device: str, rotational: float | None) -> str:
+    """What a block device is made of, as far as its name and rotational flag tell."""
+    if is_stacked(device):
+        return "stacked"
+    if device.startswith("nvme"):
+        return "nvme"
+    # virtio and Xen disks report rotational=1 whatever is behind them.
+    if device.startswith(("vd", "xvd")):
+        return "virtual"
+    return "hdd" if rotational == 1.0 else "ssd"
+
+
 @subject("disk", {
     "util": "share of time the device was busy (0-1), iostat's %util",
     "reads_per_second": "reads completed per second",
@@ -271,7 +300,9 @@ def nic_signals(history: History, window: float) -> dict[str, Signals]:
     "flushes_per_second": "flush requests per second (kernels 5.5+)",
     "rotational": "1 for a spinning disk",
     "scheduler": "the active I/O scheduler (/sys/block/DEV/queue/scheduler)",
-    "holds_kafka_logs": "1 when a Kafka log dir lives on this device",
+    "holds_kafka_logs": "1 when a Kafka log dir lives on this device or on a volume stacked on it (LVM, md)",
+    "stacked": "1 for a device-mapper (LVM) or md RAID device, whose disks below it are judged instead",
+    "media": "hdd (rotational sd*/hd*), ssd, nvme, virtual (virtio, xen), or stacked",
     "log_fs_noatime": "1 when every filesystem holding a Kafka log dir on this device is mounted noatime, else 0",
 })
 def disk_signals(history: History, window: float) -> dict[str, Signals]:
@@ -291,7 +322,7 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
     noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
     out = {}
     for dev in sorted(busy):
-        log_mounts = [m for d, m in log_dirs if d == dev or d.startswith(dev)]
+        log_mounts = [m for d, m in log_dirs if d == dev]
         log_noatime = [noatime[m] for m in log_mounts if m in noatime]
         out[dev] = put(
             {"name": dev},
@@ -307,6 +338,8 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
             rotational=one(rotational, dev),
             scheduler=schedulers.get(dev),
             holds_kafka_logs=float(bool(log_mounts)) if log_dirs else None,
+            stacked=float(is_stacked(dev)),
+            media=disk_media(dev, one(rotational, dev)),
             log_fs_noatime=float(all(log_noatime)) if log_noatime else None,
         )
     return out

@@ -59,12 +59,12 @@ def secure_lab() -> dict:
     """The running sasl_ssl lab: its lab.json plus "config" (DIR/kdiag.yaml), "client" (librdkafka settings with
     the SASL password in clear, for tests' own clients) and "password"; skips (fails under KDIAG_REQUIRE_KAFKA=1)
     when none runs at secure_lab_dir(). Start it as CI does:
-    KDIAG_LAB_DIR=~/.cache/kdiag/lab-sasl_ssl kdiag lab up --brokers 1 --security sasl_ssl --base-port 29092"""
+    KDIAG_LAB_DIR=~/.cache/kdiag/lab-sasl_ssl kdiag lab up --brokers 1 --security sasl_ssl --base-port 9192"""
     d = secure_lab_dir()
     info = read_lab(d)
     if info is None or info.get("security") != "sasl_ssl":
         _unavailable(f"no sasl_ssl lab running in {d}: start one with `KDIAG_LAB_DIR={d} kdiag lab up "
-                     "--brokers 1 --security sasl_ssl --base-port 29092`")
+                     "--brokers 1 --security sasl_ssl --base-port 9192`")
     config = d / "kdiag.yaml"
     client = lab_client_conf(config)
     try:

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -129,6 +130,8 @@ class Stack:
 
     def _start(self, name: str, argv: list[str]) -> None:
         log = self.workdir / f"{name}.log"
+        if log.exists():  # a second process of the same kind
+            log = self.workdir / f"{name}-{len(self.logs)}.log"
         self.logs.append(log)
         with log.open("wb") as out:
             self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir))
@@ -163,6 +166,15 @@ class Stack:
         self._ready(f"{url}/-/ready", "Alertmanager /-/ready")
         return url
 
+    def own_alertmanager(self, config: dict, web_config: Path | None = None) -> str:
+        """An Alertmanager of this stack's own, never the shared one; its host:port (ready unless behind web_config)."""
+        extra = [f"--web.config.file={web_config}"] if web_config else []
+        directory = Path(tempfile.mkdtemp(prefix="am-", dir=self.workdir))
+        url = start_alertmanager(directory, config, self._start, extra)
+        if not web_config:
+            self._ready(f"{url}/-/ready", "Alertmanager /-/ready")
+        return url.removeprefix("http://")
+
     def prometheus(self, target: str, rule_files: list[Path] = (), alertmanager: str | None = None) -> str:
         """Prometheus scraping target every second (and evaluating rule_files every second); returns its base URL."""
         if self.shared:
@@ -181,14 +193,14 @@ class Stack:
         stop(self.procs)
 
 
-def start_alertmanager(workdir: Path, config: dict, start) -> str:
+def start_alertmanager(workdir: Path, config: dict, start, extra: list[str] = ()) -> str:
     """Start prometheus-alertmanager on a free loopback port with config (reloadable), clustering off; its URL."""
     path = workdir / "alertmanager.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     url = f"http://127.0.0.1:{free_port()}"
     start("alertmanager", [binary("prometheus-alertmanager"), f"--config.file={path}",
                            f"--storage.path={workdir / 'am-data'}", f"--web.listen-address={url.removeprefix('http://')}",
-                           "--cluster.listen-address="])
+                           "--cluster.listen-address=", *extra])
     return url
 
 

@@ -26,12 +26,12 @@ GIB_KB = 2**20  # 1 GiB in kB
 
 @pytest.fixture(scope="module")
 def swapping(tmp_path_factory) -> Path:
-    """A recording of the host-vm2 fixture, 40 s apart, with 1 GiB of swap in use: swap_in_use fires."""
+    """Three snapshots of the host-vm2 fixture, 40 s apart, with 1 GiB of swap in use and paging: swap_in_use fires."""
     rec = tmp_path_factory.mktemp("swapping") / "rec"
     rec.mkdir()
     (rec / "manifest.json").write_text(json.dumps({"format": "kdiag-recording", "version": 1, "host": "broker-2",
                                                    "interval_s": 40}))
-    for i, t in enumerate((T0, T0 + 40)):
+    for i, t in enumerate((T0, T0 + 40, T0 + 80)):
         snap = rec / f"{i:04d}"
         shutil.copytree(FIXTURES / "host-vm2", snap, symlinks=True)
         (snap / "meta.json").write_text(json.dumps({"time": t}))
@@ -39,6 +39,11 @@ def swapping(tmp_path_factory) -> Path:
         text = re.sub(r"^SwapTotal:\s+\d+ kB$", f"SwapTotal:      {4 * GIB_KB} kB", meminfo.read_text(), flags=re.M)
         text = re.sub(r"^SwapFree:\s+\d+ kB$", f"SwapFree:       {3 * GIB_KB} kB", text, flags=re.M)
         meminfo.write_text(text)
+        vmstat = snap / "proc" / "vmstat"
+        # 200 pages/s swapped in and out between the snapshots.
+        paged = i * 40 * 200
+        vmstat.write_text(re.sub(r"^(pswp(?:in|out)) (\d+)$", lambda m, paged=paged: f"{m[1]} {int(m[2]) + paged}",
+                                 vmstat.read_text(), flags=re.M))
     return rec
 
 
@@ -54,7 +59,7 @@ def test_diagnose_json_contract(swapping, capsys):
     data = json.loads(out)
     assert set(data) == {"host", "time", "diagnoses"}
     assert data["host"] == "broker-2"
-    assert data["time"] == T0 + 40
+    assert data["time"] == T0 + 80
     keys = {"rule", "subject", "kind", "severity", "state", "since", "summary", "evidence", "remediation", "explains"}
     for d in data["diagnoses"]:
         assert set(d) == keys
@@ -62,7 +67,7 @@ def test_diagnose_json_contract(swapping, capsys):
         assert d["kind"] in ("cause", "symptom", "lint")
         assert isinstance(d["evidence"], dict) and isinstance(d["explains"], list)
     swap = next(d for d in data["diagnoses"] if d["rule"] == "swap_in_use")
-    assert (swap["subject"], swap["kind"], swap["state"], swap["since"]) == ("host", "cause", "firing", T0)
+    assert (swap["subject"], swap["kind"], swap["state"], swap["since"]) == ("host", "cause", "firing", T0 + 40)
     assert swap["evidence"]["host.swap_used_bytes"] == 2**30
     assert "1.07e+09 B of swap in use" in swap["summary"]
     assert "swappiness" in swap["remediation"]

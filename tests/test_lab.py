@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kdiag import lab
+from kdiag import lab, lab_cli
+from kdiag.config import load_config
 
 pytestmark = [
     pytest.mark.kafka,
@@ -22,7 +23,7 @@ pytestmark = [
 def run(*argv: str) -> tuple[int, str]:
     """Run `kdiag lab ARGV` in-process and return its exit code and stdout."""
     parser = argparse.ArgumentParser(prog="kdiag")
-    lab.add_parser(parser.add_subparsers(dest="command", required=True))
+    lab_cli.add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["lab", *argv])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -83,6 +84,8 @@ def test_three_broker_lab_and_down_leaves_nothing(tmp_path):
         assert broker_ids(info["bootstrap"]) == [1, 2, 3]
         pids = [int(p) for p in info["pids"].values()]
         assert len(pids) == 3
+        config = load_config(lab.lab_config(d))  # `kdiag run --config DIR/kdiag.yaml` works on a plain lab too
+        assert (config.kafka.bootstrap_servers, config.kafka.jmx) == (info["bootstrap"], list(info["jmx"].values()))
     finally:
         rc, _ = run("down", "--dir", d, "--purge")
     assert rc == 0

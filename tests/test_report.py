@@ -8,7 +8,8 @@ from kdiag.engine import Engine
 from kdiag.pipeline import State
 from kdiag.report import render_text
 
-FSYNC_TOPIC = {"name": "orders", "flush_messages": 1.0, "flush_ms": 1e18, "messages_per_second": 500.0, "on_brokers": "1"}
+FSYNC_TOPIC = {"name": "orders", "flush_messages": 1.0, "flush_messages_override": 1.0, "flush_ms": 1e18, "flush_ms_override": 0.0,
+               "messages_per_second": 500.0, "on_brokers": "1"}
 CLUSTER = {"name": "cluster", "log_flushes_per_second": 400.0}
 SLOW = {"produce_p99_seconds": 2.0, "end_to_end_p99_seconds": 2.1, "slo_seconds": 0.5}
 

@@ -44,7 +44,7 @@ def test_log_disk_lints_name_the_disk(capsys: pytest.CaptureFixture) -> None:
     out = diagnose(RECORDINGS / "log-disk-misconfigured", capsys)
     assert [(d["rule"], d["subject"], d["kind"]) for d in out["diagnoses"]] == [
         ("log_disk_scheduler", "sdb", "lint"), ("log_fs_atime", "sdb", "lint")]
-    assert out["diagnoses"][0]["evidence"] == {"scheduler": "bfq", "rotational": 1.0}
+    assert out["diagnoses"][0]["evidence"] == {"scheduler": "bfq", "media": "hdd"}
 
 
 def test_foreign_io_scanner_evidence_names_the_process(capsys: pytest.CaptureFixture) -> None:

@@ -338,4 +338,4 @@ def test_consumer_group_lag_and_its_growth_over_two_minutes():
     assert g["members"] == 2.0 and g["idle_members"] == 0.0
     assert g["lag_messages"] == (5000 + 1800) + (300 - 180)
     assert g["lag_growth_per_second"] == pytest.approx(10.0 - 1.0)
-    assert groups["quiet"] == {"name": "quiet", "members": 1.0}  # no lag reported: nothing guessed
+    assert groups["quiet"] == {"name": "quiet", "members": 1.0, "membership_changes_per_minute": 0.0}  # no lag: nothing guessed

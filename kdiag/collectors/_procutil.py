@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from kdiag.recording_archive import quote
 from kdiag.root import Root
 
 _VIRTUAL_BLOCK = re.compile(r"(loop|ram|zram)\d+")
@@ -11,7 +12,7 @@ _VIRTUAL_BLOCK = re.compile(r"(loop|ram|zram)\d+")
 
 def malformed(source: str, lineno: int, line: str, why: str = "unexpected line") -> ValueError:
     """A ValueError naming the file, the 1-based line number and the offending text."""
-    return ValueError(f"{source} line {lineno}: {why}: {line.strip()!r}")
+    return ValueError(f"{source} line {lineno}: {why}: {quote(line.strip(), 120)}")
 
 
 def lines(text: str) -> list[tuple[int, str]]:

@@ -31,6 +31,8 @@ TOPIC_CONFIGS = (
 BROKER_CONFIGS = (
     "log.flush.interval.messages",
     "log.flush.interval.ms",
+    # flush.ms and log.flush.interval.ms are only enforced by the flush scheduler, which never runs by default.
+    "log.flush.scheduler.interval.ms",
     "num.io.threads",
     "num.network.threads",
     "socket.send.buffer.bytes",
@@ -58,6 +60,10 @@ HELP = {
     "kdiag_kafka_topic_offline_partitions": "Partitions without a leader.",
     "kdiag_kafka_topic_under_min_isr_partitions": "Partitions whose ISR is smaller than min.insync.replicas.",
     "kdiag_kafka_topic_config": "Numeric topic config value (booleans as 0/1; Long.MAX_VALUE means not set).",
+    "kdiag_kafka_topic_config_override": "1 for each config the topic sets itself (kafka-configs --entity-type topics), "
+                                         "not inherited from the brokers.",
+    "kdiag_kafka_broker_config_source_info": "Where a broker config that is not at its default is set (describe_configs "
+                                             "source: DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_BROKER_CONFIG, STATIC_BROKER_CONFIG).",
     "kdiag_kafka_topic_broker_leaders": "Partitions of the topic led by the broker.",
     "kdiag_kafka_topic_broker_preferred_leaders": "Partitions of the topic whose first replica is the broker.",
     "kdiag_kafka_topic_log_end_offset_total": "Sum of the log end offsets of the topic's partitions.",
@@ -65,6 +71,7 @@ HELP = {
     "kdiag_kafka_partition_leader": "Leader broker id of the partition, -1 when offline (only while partitions are few).",
     "kdiag_kafka_consumergroup_members": "Members of the consumer group.",
     "kdiag_kafka_consumergroup_idle_members": "Members of the consumer group with no partition assigned.",
+    "kdiag_kafka_consumergroup_stable": "1 while the consumer group is Stable, 0 while it rebalances or is empty or dead.",
     "kdiag_kafka_consumergroup_lag": "Sum over partitions of log end offset minus committed offset.",
     "kdiag_kafka_consumergroup_lag_max": "Largest partition lag of the consumer group on the topic.",
 }
@@ -139,10 +146,15 @@ def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float)
     return topic_configs, dict(sorted(broker_configs.items(), key=lambda kv: int(kv[0])))
 
 
-def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, str | None]:
-    """The named config entries' raw values (None where Kafka reports null)."""
+def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, str | None]]:
+    """The named config entries' raw values (None where Kafka reports null) and where the set ones come from."""
+    from confluent_kafka.admin import ConfigSource
+
     # A sensitive entry's value is never stored (recordings travel); Kafka reports it as null anyway.
-    return {n: entries[n].value for n in names if n in entries and not entries[n].is_sensitive}
+    picked = [entries[n] for n in names if n in entries and not entries[n].is_sensitive]
+    # A topic inheriting a broker value reports the broker's source (e.g. DYNAMIC_DEFAULT_BROKER_CONFIG), not its own.
+    sources = {e.name: ConfigSource(e.source).name for e in picked if e.source != ConfigSource.DEFAULT_CONFIG.value}
+    return {"values": {e.name: e.value for e in picked}, "sources": sources}
 
 
 def _log_end_offsets(admin: Any, topics: dict[str, dict], deadline: float) -> dict[tuple[str, int], int]:
@@ -204,10 +216,13 @@ def fetch_admin_state(admin: Any, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
     topics = _topics(admin, deadline)
-    topic_configs, state["broker_configs"] = _configs(admin, list(topics), [b["id"] for b in state["brokers"]], deadline)
+    topic_configs, broker_configs = _configs(admin, list(topics), [b["id"] for b in state["brokers"]], deadline)
+    state["broker_configs"] = {b: picked["values"] for b, picked in broker_configs.items()}
+    state["broker_config_sources"] = {b: picked["sources"] for b, picked in broker_configs.items()}
     ends = _log_end_offsets(admin, topics, deadline)
     for name, topic in topics.items():
-        topic["configs"] = topic_configs.get(name, {})
+        picked = topic_configs.get(name, {})
+        topic["configs"], topic["config_sources"] = picked.get("values", {}), picked.get("sources", {})
         for p in topic["partitions"]:
             p["log_end_offset"] = ends.get((name, p["partition"]))
     state["topics"] = topics
@@ -254,6 +269,9 @@ def _broker_samples(state: dict[str, Any], broker_ids: list[int]) -> list[Sample
         out += _config_samples("kdiag_kafka_broker_config", configs, broker_id=b)
         if "log.dirs" in configs:
             out.append(sample("kdiag_kafka_broker_log_dirs_info", 1, GAUGE, broker_id=b, log_dirs=configs["log.dirs"]))
+    for b, sources in state.get("broker_config_sources", {}).items():
+        out += [sample("kdiag_kafka_broker_config_source_info", 1, GAUGE, broker_id=b, name=n, source=src)
+                for n, src in sources.items()]
     return out
 
 
@@ -284,6 +302,8 @@ def _topic_samples(topic: str, t: dict[str, Any], broker_ids: list[int]) -> list
             sample("kdiag_kafka_topic_under_min_isr_partitions", sum(len(p["isr"]) < min_isr for p in parts), GAUGE, topic=topic)
         )
     out += _config_samples("kdiag_kafka_topic_config", t["configs"], topic=topic)
+    out += [sample("kdiag_kafka_topic_config_override", 1, GAUGE, topic=topic, name=n)
+            for n, src in t.get("config_sources", {}).items() if src == "DYNAMIC_TOPIC_CONFIG"]
     leaders = Counter(p["leader"] for p in parts if not _offline(p))
     preferred = Counter(p["replicas"][0] for p in parts if p["replicas"])
     for b in sorted(set(broker_ids) | set(leaders) | set(preferred)):
@@ -308,7 +328,8 @@ def _partition_samples(topic: str, t: dict[str, Any]) -> list[Sample]:
 
 def _group_samples(group: str, g: dict[str, Any]) -> list[Sample]:
     """Members, and total and largest partition lag per topic, of one consumer group."""
-    out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group)]
+    out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group),
+           sample("kdiag_kafka_consumergroup_stable", int(g["state"] == "STABLE"), GAUGE, group=group)]
     if "idle_members" in g:  # only known while the group is stable
         out.append(sample("kdiag_kafka_consumergroup_idle_members", g["idle_members"], GAUGE, group=group))
     for topic, lags in g["lag"].items():
@@ -363,8 +384,6 @@ class KafkaAdminCollector:
                         "client.id": "kdiag",
                         "socket.timeout.ms": ms,
                         "request.timeout.ms": ms,
-                        # A dead cluster would log every reconnect attempt; the collector error already says it.
-                        "log_level": 0,
                     },
                     self.errors,
                 )

@@ -9,17 +9,17 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from kdiag.collectors._procutil import malformed, parse_key_values, read_source
+from kdiag.collectors.blockdev import disks_behind
 from kdiag.collectors.mounts import device_for_path, parse_mounts
+from kdiag.redact import cmdline_label
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 BROKER_MAIN_CLASS = "kafka.Kafka"
-CMDLINE_LABEL_MAX = 200
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
 _PARTITION_DIR = re.compile(r".+-\d+")
-_PARTITION_SUFFIX = re.compile(r"(.*\d)p\d+|(.*\D)\d+")
 
 HELP = {
     "kdiag_kafka_log_dir_info": "A Kafka log dir and the block device and mountpoint holding it, value 1.",
@@ -31,7 +31,7 @@ HELP = {
     "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
     "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
     "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
-    "kdiag_process_info": "Command line and cwd of the process, value 1.",
+    "kdiag_process_info": "Command line (secrets masked; see processes.cmdline) and cwd of the process, value 1.",
 }
 
 
@@ -152,23 +152,16 @@ def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int,
     return [p for _, p in ranked[:top_n]]
 
 
-def whole_disk(root: Root, name: str) -> str:
-    """The disk a partition (sdb1, nvme0n1p2) belongs to when /sys/block shows it, else name itself."""
-    match = _PARTITION_SUFFIX.fullmatch(name)
-    if root.exists("sys", f"block/{name}") or not match:
-        return name
-    disk = match.group(1) or match.group(2)
-    return disk if root.exists("sys", f"block/{disk}") else name
-
-
 class ProcessesCollector:
     """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir."""
 
     name = "processes"
     help = HELP
 
-    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0):
+    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
+                 cmdline: str = "redacted"):
         self.top_n = top_n
+        self.cmdline = cmdline  # redacted | off | full
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
         # (pid, start time) -> (read_bytes, rchar) at the last collect; start time tells a reused pid.
@@ -201,7 +194,7 @@ class ProcessesCollector:
         log_dirs = self.log_dirs or self._discovered
         samples = log_dir_samples(root, log_dirs) if log_dirs else []
         for p, d in inspected:
-            samples += process_samples(p, d, log_dirs)
+            samples += process_samples(p, d, log_dirs, self.cmdline)
         return samples
 
 
@@ -240,23 +233,22 @@ def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
 
 
 def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
-    """kdiag_kafka_log_dir_info per log dir, with its disk's name as /sys/block spells it."""
+    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md)."""
     mounts = parse_mounts(*read_source(root, "proc", "mounts"))
     samples = []
     for path in log_dirs:
         device, mountpoint = device_for_path(mounts, path)
-        if device.startswith("/dev/"):
-            device = whole_disk(root, device.removeprefix("/dev/"))
-        samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=device, mountpoint=mountpoint))
+        for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
+            samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=disk, mountpoint=mountpoint))
     return samples
 
 
-def process_samples(p: Process, d: Details, log_dirs: list[str]) -> list[Sample]:
-    """The per-process series of one chosen process."""
+def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = "redacted") -> list[Sample]:
+    """The per-process series of one chosen process; the cmdline label is masked, full, or left out (off)."""
     labels = {"pid": p.pid, "comm": p.stat.comm}
     # A broker's log dirs are its own, whether or not its links were followed this time.
     touched = (is_broker(p.argv) and bool(log_dirs)) or touches([d.cwd, *path_arguments(p.argv), *d.fd_targets], log_dirs)
-    cmdline = " ".join(p.argv)[:CMDLINE_LABEL_MAX]
+    info = {} if cmdline == "off" else {"cmdline": cmdline_label(p.argv, cmdline)}
     return [
         sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
         sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
@@ -266,5 +258,5 @@ def process_samples(p: Process, d: Details, log_dirs: list[str]) -> list[Sample]
         sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
         sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
         sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
-        sample("kdiag_process_info", 1, GAUGE, **labels, cmdline=cmdline, cwd=d.cwd),
+        sample("kdiag_process_info", 1, GAUGE, **labels, **info, cwd=d.cwd),
     ]

@@ -73,6 +73,24 @@ def test_fixture_shows_the_skew_and_forced_flush():
     assert value(samples, "kdiag_kafka_topic_log_end_offset_total", topic="admintest-balanced") == MESSAGES
 
 
+def test_topic_overrides_and_where_broker_configs_are_set_are_kept():
+    samples = samples_from_admin_state(load_state())
+    assert value(samples, "kdiag_kafka_topic_config_override", topic="admintest-skew", name="flush.messages") == 1
+    # Inherited values (here the controller's cluster-wide min.insync.replicas) are not the topic's own.
+    assert not values(samples, "kdiag_kafka_topic_config_override", topic="admintest-balanced")
+    assert value(samples, "kdiag_kafka_broker_config_source_info", broker_id=1, name="log.dirs", source="STATIC_BROKER_CONFIG") == 1
+
+
+def test_a_state_recorded_before_config_sources_still_reads():
+    state = load_state()
+    del state["broker_config_sources"]
+    for t in state["topics"].values():
+        del t["config_sources"]
+    samples = samples_from_admin_state(state)
+    assert value(samples, "kdiag_kafka_topic_config", topic="admintest-skew", name="flush.messages") == 1
+    assert not values(samples, "kdiag_kafka_topic_config_override")
+
+
 def test_broker_configs_null_flush_ms_is_omitted_and_log_dirs_kept():
     state = load_state()
     assert state["broker_configs"]["1"]["log.flush.interval.ms"] is None

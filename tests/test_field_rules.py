@@ -1,0 +1,49 @@
+"""The field guide's host rules: each fires on its recording and stays quiet on a healthy look-alike."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from build_recordings import write_recording
+from field_recordings import FIRING, QUIET
+
+from kdiag.cli import main
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every recording of this module, built once into a temporary directory."""
+    out = tmp_path_factory.mktemp("field-recordings")
+    for name, (host, _) in FIRING.items():
+        write_recording(name, host, out)
+    for name, host in QUIET.items():
+        write_recording(name, host, out)
+    return out
+
+
+def diagnose(path: Path, capsys: pytest.CaptureFixture, *args: str) -> list[dict]:
+    assert main(["diagnose", "--from", str(path), "--format", "json", *args]) == 0
+    return json.loads(capsys.readouterr().out)["diagnoses"]
+
+
+@pytest.mark.parametrize("name", sorted(FIRING))
+def test_fault_recording_fires_its_rule(recordings: Path, name: str, capsys: pytest.CaptureFixture) -> None:
+    found = diagnose(recordings / name, capsys)
+    assert [(d["rule"], d["subject"]) for d in found] == FIRING[name][1]
+    assert all(d["state"] == "firing" and d["evidence"] and d["remediation"] for d in found)
+
+
+@pytest.mark.parametrize("name", sorted(QUIET))
+def test_healthy_look_alike_fires_nothing(recordings: Path, name: str, capsys: pytest.CaptureFixture) -> None:
+    assert diagnose(recordings / name, capsys) == []
+
+
+def test_line_rate_evidence_names_the_link(recordings: Path, capsys: pytest.CaptureFixture) -> None:
+    (d,) = diagnose(recordings / "nic-line-rate", capsys)
+    assert d["evidence"]["link_speed_bytes"] == 1.25e9
+    assert d["evidence"]["link_utilization"] == pytest.approx(800000 * 1440 / 1.25e9, rel=0.01)
