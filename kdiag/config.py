@@ -47,7 +47,7 @@ class KafkaConfig:
     # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the `kdiag lab` jars.
     jmx_classpath: str = ""
     # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
-    client: dict[str, Any] = field(default_factory=dict)
+    client: dict[str, Any] = field(default_factory=dict, repr=False)
     jmx_username: str = ""
     jmx_password_file: str = ""
     jmx_ssl: bool = False

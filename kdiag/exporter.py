@@ -96,10 +96,10 @@ class StateCollector:
         return [active, evidence]
 
 
-def healthz_text(state: State) -> bytes:
-    """/healthz: "ok" (the exporter serves), then one line per failing collector with its reason."""
-    failing = [f"{name}: {h.error[:MAX_REASON]}" for name, h in sorted(state.health.items()) if not h.success and h.error]
-    return "\n".join(["ok", *failing]).encode() + b"\n"
+def failing_lines(state: State) -> bytes:
+    """One line per failing collector with its reason, for /healthz."""
+    return "".join(f"{name}: {h.error[:MAX_REASON]}\n" for name, h in sorted(state.health.items())
+                   if not h.success and h.error).encode()
 
 
 def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
@@ -118,7 +118,7 @@ class Published:
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
-        self.healthz = b"starting\n"
+        self.failing = b""
         self.ready = False
 
     def publish(self, state: State, help_text: dict[str, str]) -> None:
@@ -126,8 +126,12 @@ class Published:
         metrics = render_metrics(state, help_text)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
-        self.healthz = healthz_text(state)
+        self.failing = failing_lines(state)
         self.ready = True
+
+    def healthz(self) -> tuple[int, bytes]:
+        """The /healthz status and body: "ok" while serving, then the failing collectors and why."""
+        return (200, b"ok\n" + self.failing) if self.ready else (503, b"starting\n")
 
 
 def _handler(published: Published) -> type[BaseHTTPRequestHandler]:
@@ -145,7 +149,8 @@ def _handler(published: Published) -> type[BaseHTTPRequestHandler]:
             elif path == "/api/diagnoses":
                 self._send(200, "application/json", published.diagnoses)
             elif path == "/healthz":
-                self._send(200 if published.ready else 503, "text/plain", published.healthz)
+                code, body = published.healthz()
+                self._send(code, "text/plain", body)
             elif path == "/":
                 self._send(200, "text/html", b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
                                              b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')

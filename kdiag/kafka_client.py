@@ -66,7 +66,7 @@ def _read_secret(key: str, path: str) -> str:
 class ClientSettings:
     """Resolved kafka.client properties; `given` remembers how each was written (`sasl.password_file`, ...)."""
 
-    props: dict[str, str] = field(default_factory=dict)
+    props: dict[str, str] = field(default_factory=dict, repr=False)  # holds the secrets: never in a repr
     given: dict[str, str] = field(default_factory=dict)
     prefix: str = "kafka.client."  # where the user wrote these settings, for reasons that name the key
 
