@@ -34,6 +34,7 @@ def _interval(text: str) -> float:
 def _config(args: argparse.Namespace) -> Config:
     overrides = {
         "listen": getattr(args, "listen", None),
+        "web_config": getattr(args, "web_config", None),
         "procfs": args.procfs,
         "sysfs": args.sysfs,
         "interval": getattr(args, "interval", None),
@@ -58,13 +59,21 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.daemon import Daemon
+    from kdiag.webserver import ListenError
 
+    # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = _config(args)
     recording = Recording(args.from_) if args.from_ else None
-    daemon = Daemon(config, recording)
+    try:
+        daemon = Daemon(config, recording, reload_config=lambda: _config(args))
+    except ListenError as e:
+        print(f"kdiag: {e}", file=sys.stderr)
+        return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
-    print(f"kdiag {__version__}: serving http://{config.listen}/metrics "
+    signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+    print(f"kdiag {__version__}: serving {daemon.exporter.scheme}://{config.listen}/metrics "
           f"{'replaying ' + str(args.from_) if recording else 'from ' + config.procfs}", flush=True)
     daemon.serve_forever()
     return 0
@@ -138,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="collect, diagnose and serve /metrics and /api/diagnoses")
     _common(p)
-    p.add_argument("--listen", help="address:port to serve on (default 0.0.0.0:9745)")
+    p.add_argument("--listen", help="address:port to serve on (default 0.0.0.0:9745; IPv6 as [::1]:9745)")
+    p.add_argument("--web-config", help="exporter-toolkit web config file: TLS and basic auth for the endpoint")
     p.add_argument("--interval", type=_duration, help="collection interval (default 5s)")
     _kafka(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="serve a recording, looping, as if live")

@@ -98,11 +98,17 @@ class Config:
     """Everything kdiag run needs; every field has a default, so no file is required."""
 
     listen: str = "0.0.0.0:9745"
+    # An exporter-toolkit web config file (TLS, basic auth) for the endpoint; empty: plain HTTP, no auth.
+    web_config: str = ""
     procfs: str = "/proc"
     sysfs: str = "/sys"
     interval: Duration = Duration(5.0)
     history: Duration = Duration(900.0)
     signal_window: Duration = Duration(30.0)
+    # A collector still running after this counts as failed; its thread is abandoned.
+    collector_timeout: Duration = Duration(15.0)
+    # Where diagnoses' state survives restarts: "auto" is /var/lib/kdiag for live runs when writable, "" is off.
+    state_dir: str = "auto"
     rules_dirs: list[str] = field(default_factory=list)
     processes: ProcessesConfig = field(default_factory=ProcessesConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
@@ -115,7 +121,7 @@ class Config:
         _host, _, port = self.listen.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"listen: '{self.listen}' is not host:port")
-        for name in ("interval", "history", "signal_window"):
+        for name in ("interval", "history", "signal_window", "collector_timeout"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
         if self.history < 10 * self.interval:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,19 +29,27 @@ from kdiag.collectors.processes import ProcessesCollector
 from kdiag.collectors.softirqs import SoftirqsCollector
 from kdiag.collectors.softnet import SoftnetCollector
 from kdiag.collectors.stat import StatCollector
+from kdiag.collectors.statvfs import StatvfsCollector
 from kdiag.collectors.sysctl import SysctlCollector
 from kdiag.collectors.vmstat import VmstatCollector
-from kdiag.config import Config
-from kdiag.engine import Rule, default_rules_dir, load_catalog
-from kdiag.exporter import Exporter, Published
+from kdiag.config import Config, ConfigError
+from kdiag.engine import CatalogError, Rule, default_rules_dir, load_catalog
+from kdiag.exporter import Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
-from kdiag.probe import HELP as PROBE_HELP
+from kdiag.probe_metrics import HELP as PROBE_HELP
 from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
 from kdiag.sample import Sample
+from kdiag.statefile import StateFile, state_path
+from kdiag.webserver import Exporter
 
 log = logging.getLogger(__name__)
+
+# After SIGTERM/SIGINT, whatever still hangs (a collector thread, a Kafka client) gets this long before os._exit.
+SHUTDOWN_GRACE_SECONDS = 5.0
+# Config keys a reload applies; the others need a restart.
+RELOADABLE = ("rules_dirs", "interval", "signal_window", "collector_timeout")
 
 
 def host_collectors(config: Config) -> list[Collector]:
@@ -46,7 +57,7 @@ def host_collectors(config: Config) -> list[Collector]:
     return [
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
         NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
-        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(),
+        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(),
         ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
         LoadgenCollector(config.loadgen.stats_dir),
     ]
@@ -89,6 +100,11 @@ def replay_collectors(config: Config, recording: Recording) -> list[Collector]:
     return host_collectors(config) + list(kafka_collectors(config, recording.kafka_sources()).values())
 
 
+def kafka_deadline(config: Config) -> float:
+    """The Kafka collectors' deadline: they stop themselves after kafka.timeout, so they are hung only well past it."""
+    return max(config.collector_timeout, config.kafka.timeout + 5.0)
+
+
 def load_rules(config: Config) -> list[Rule]:
     """The configured rule dirs, or the catalog shipped with kdiag; CatalogError on any broken rule."""
     return load_catalog([Path(d) for d in config.rules_dirs] or [default_rules_dir()])
@@ -108,45 +124,62 @@ def replay(recording: Recording, config: Config) -> State:
 class Background:
     """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
 
-    def __init__(self, collectors: list[Collector], root: Root):
-        self.collectors = CollectorSet(collectors)
+    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float):
+        self.collectors = CollectorSet(collectors, timeout)
         self.root = root
+        self.every = every
         self._samples: list[Sample] = []
+        self._at = time.monotonic()
         self._lock = threading.Lock()
 
     def run(self) -> None:
         """Collect now; a failed collector's samples are dropped rather than served stale."""
         samples = self.collectors.run(self.root)
         with self._lock:
-            self._samples = samples
+            self._samples, self._at = samples, time.monotonic()
 
     def latest(self) -> tuple[list[Sample], dict[str, Health]]:
-        """The last samples and the health of each collector."""
+        """The last samples and the health of each collector; none, and failed, when the job has not run for long."""
         with self._lock:
-            return self._samples, dict(self.collectors.health)
+            samples, health = self._samples, {k: dataclasses.replace(h) for k, h in self.collectors.health.items()}
+            age = time.monotonic() - self._at
+        if age <= 2 * self.every + self.collectors.timeout:
+            return samples, health
+        for h in health.values():
+            h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
+        return [], health
 
 
 class Daemon:
     """`kdiag run`: collection on a schedule, the exporter serving the last published state."""
 
-    def __init__(self, config: Config, recording: Recording | None = None):
+    def __init__(self, config: Config, recording: Recording | None = None,
+                 reload_config: Callable[[], Config] | None = None):
         self.config = config
         self.recording = recording
+        self.reload_config = reload_config
         self.rules = load_rules(config)
         live_root = Root(config.procfs, config.sysfs)
-        self.collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config))
-        self.background: list[tuple[Background, float]] = []
+        self.collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config),
+                                       config.collector_timeout)
+        self.background: list[Background] = []
         if not recording:
             # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
             every = {"admin": config.kafka.interval, "jmx": config.kafka.jmx_interval}
             for source, collector in kafka_collectors(config).items():
-                self.background.append((Background([collector], live_root), every[source]))
+                self.background.append(Background([collector], live_root, every[source], kafka_deadline(config)))
         host = recording.host if recording else socket.gethostname()
         self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
-        self.published = Published()
-        self.exporter = Exporter(config.listen, self.published)
+        path = state_path(config.state_dir, replay=recording is not None)
+        self.state_file = StateFile(path, host) if path else None
+        if self.state_file:
+            self.pipeline.restore(self.state_file.load(self.rules, time.time()))
+        self.published = Published(self._stale_after())
+        self.exporter = Exporter(config.listen, self.published, config.web_config)
         self.scheduler = BackgroundScheduler(timezone="UTC")
-        self.stopping = threading.Event()
+        # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
+        self._stop = False
+        self._reload = False
         self._live_root = live_root
         self.probe = None
         self._probe_last_ok: float | None = None
@@ -166,12 +199,13 @@ class Daemon:
         self.exporter.start()
         interval = self.recording.interval if self.recording else self.config.interval
         step = self._replay_step if self.recording else self._live_step
-        for i, (background, every) in enumerate(self.background):
-            self.scheduler.add_job(background.run, "interval", seconds=every, id=f"background-{i}", max_instances=1,
-                                   coalesce=True, next_run_time=datetime.now(UTC))
+        for i, background in enumerate(self.background):
+            self.scheduler.add_job(background.run, "interval", seconds=background.every, id=f"background-{i}",
+                                   max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.add_job(step, "interval", seconds=interval, id="collect", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
+        threading.Thread(target=self._watchdog, name="shutdown-watchdog", daemon=True).start()
         if self.probe:
             self.probe.start()
         if self.pusher:
@@ -180,18 +214,20 @@ class Daemon:
 
     def _help(self) -> dict[str, str]:
         # Asked each cycle, not copied at start: meminfo names its fields' HELP only once it has read them.
-        sets = [self.collectors, *(b.collectors for b, _ in self.background)]
+        sets = [self.collectors, *(b.collectors for b in self.background)]
         return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.probe else {})}
 
     def _publish(self, state: State) -> None:
         self.published.publish(state, self._help())
+        if self.state_file:
+            self.state_file.save(state.diagnoses)
         if self.pusher:
             self.pusher.offer(state)
 
     def _extra(self) -> tuple[list[Sample], dict[str, Health]]:
         samples: list[Sample] = []
         health: dict[str, Health] = {}
-        for background, _ in self.background:
+        for background in self.background:
             got, h = background.latest()
             samples += got
             health.update(h)
@@ -219,12 +255,20 @@ class Daemon:
             root = next(self._replay)
         self._publish(self.pipeline.step(root))
 
+    def _stale_after(self) -> float:
+        interval = self.recording.interval if self.recording else self.config.interval
+        return 3 * interval + self.config.collector_timeout
+
     def serve_forever(self) -> None:
-        """Start, then block until stop() (SIGTERM/SIGINT)."""
+        """Start, then reload on request_reload() (SIGHUP) until stop() (SIGTERM/SIGINT)."""
         self.start()
-        self.stopping.wait()
+        while not self._stop:
+            if self._reload:
+                self._reload = False
+                self.reload()
+            time.sleep(0.2)
         self.scheduler.shutdown(wait=False)
-        for background, _ in self.background:
+        for background in self.background:
             for collector in background.collectors.collectors:
                 # The JMX collector keeps a JVM reader per broker: stop them with the daemon.
                 if hasattr(collector, "close"):
@@ -236,5 +280,46 @@ class Daemon:
         self.exporter.stop()
 
     def stop(self) -> None:
-        """Ask serve_forever to return."""
-        self.stopping.set()
+        """Ask serve_forever to return (safe in a signal handler)."""
+        self._stop = True
+
+    def request_reload(self) -> None:
+        """Ask serve_forever to reload the config and rules (safe in a signal handler; a burst reloads once or twice)."""
+        self._reload = True
+
+    def _watchdog(self) -> None:
+        while not self._stop:
+            time.sleep(0.2)
+        time.sleep(SHUTDOWN_GRACE_SECONDS)
+        # Logging could wait on a lock a hung thread holds: write the line directly.
+        os.write(2, f"kdiag: still stopping after {SHUTDOWN_GRACE_SECONDS:g}s (something hangs): exiting now\n".encode())
+        os._exit(0)
+
+    def reload(self) -> None:
+        """Re-read the config file and the rules; a broken one is refused with one log line and the old one stays."""
+        try:
+            config = self.reload_config() if self.reload_config else self.config
+            rules = load_rules(config)
+        except CatalogError as e:
+            log.error("reload refused, the running rules stay: %s", "; ".join(map(str, e.errors)))
+            return
+        except ConfigError as e:
+            log.error("reload refused, the running config stays: %s", e)
+            return
+        except Exception as e:  # a reload never takes the daemon down
+            log.error("reload refused (%s: %s)", type(e).__name__, e)
+            return
+        self.pipeline.replace_rules(rules)
+        self.rules = rules
+        old, self.config = self.config, config
+        self.pipeline.window = config.signal_window
+        self.collectors.timeout = config.collector_timeout
+        for background in self.background:
+            background.collectors.timeout = kafka_deadline(config)
+        if not self.recording and config.interval != old.interval:
+            self.scheduler.reschedule_job("collect", trigger="interval", seconds=config.interval)
+        self.published.stale_after = self._stale_after()
+        changed = [f.name for f in dataclasses.fields(Config) if getattr(old, f.name) != getattr(config, f.name)]
+        later = [name for name in changed if name not in RELOADABLE]
+        log.info("reloaded: %d rules%s", len(rules),
+                 f"; changed {', '.join(later)}: takes effect at the next restart" if later else "")

@@ -1,12 +1,10 @@
-"""The Prometheus endpoint and JSON API: each cycle's state is rendered once; a scrape only serves bytes."""
+"""What the endpoint serves: each cycle's state is rendered once (metrics, gzip, diagnoses JSON); a scrape only serves bytes."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -14,8 +12,6 @@ from prometheus_client.core import Metric
 from kdiag import __version__
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
-
-log = logging.getLogger(__name__)
 
 MAX_REASON = 300
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
@@ -76,7 +72,8 @@ class StateCollector:
             duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
             if h.last_success is not None:
                 last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
-        cycle = Metric("kdiag_last_cycle_timestamp_seconds", "time of the snapshot being served", "gauge")
+        cycle = Metric("kdiag_last_cycle_timestamp_seconds",
+                       "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
         info = Metric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
@@ -114,12 +111,15 @@ def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
 class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
-    def __init__(self):
+    def __init__(self, stale_after: float = float("inf")):
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
         self.failing = b""
         self.ready = False
+        # /healthz turns 503 when no cycle completed for this long.
+        self.stale_after = stale_after
+        self.completed = time.monotonic()
 
     def publish(self, state: State, help_text: dict[str, str]) -> None:
         """Render a new state once; scrapes then serve it as it is."""
@@ -128,69 +128,12 @@ class Published:
         self.diagnoses = json.dumps(state.to_json()).encode()
         self.failing = failing_lines(state)
         self.ready = True
+        self.completed = time.monotonic()
 
-    def healthz(self) -> tuple[int, bytes]:
-        """The /healthz status and body: "ok" while serving, then the failing collectors and why."""
+    def health(self) -> tuple[int, bytes]:
+        """/healthz: 200, "ok" and the failing collectors with why while cycles complete; 503 before the first or once stalled."""
+        age = time.monotonic() - self.completed
+        if age > self.stale_after:
+            what = f"the last cycle completed {age:.0f}s ago" if self.ready else f"no cycle completed in {age:.0f}s"
+            return 503, f"stale: {what}\n".encode()
         return (200, b"ok\n" + self.failing) if self.ready else (503, b"starting\n")
-
-
-def _handler(published: Published) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes: with Nagle on, a keep-alive scrape waits ~40 ms for a delayed ACK.
-        disable_nagle_algorithm = True
-
-        def do_GET(self):
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                gz = "gzip" in self.headers.get("Accept-Encoding", "")
-                self._send(200, "text/plain; version=0.0.4; charset=utf-8",
-                           published.metrics_gzip if gz else published.metrics, gz)
-            elif path == "/api/diagnoses":
-                self._send(200, "application/json", published.diagnoses)
-            elif path == "/healthz":
-                code, body = published.healthz()
-                self._send(code, "text/plain", body)
-            elif path == "/":
-                self._send(200, "text/html", b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
-                                             b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')
-            else:
-                self._send(404, "text/plain", b"not found: try /metrics, /api/diagnoses or /healthz\n")
-
-        def _send(self, code: int, ctype: str, body: bytes, gz: bool = False) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            if gz:
-                self.send_header("Content-Encoding", "gzip")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format, *args):
-            log.debug("%s %s", self.address_string(), format % args)
-
-    return Handler
-
-
-class Exporter:
-    """The HTTP server of /metrics, /api/diagnoses and /healthz on its own thread."""
-
-    def __init__(self, listen: str, published: Published):
-        host, _, port = listen.rpartition(":")
-        self.server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), _handler(published))
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="exporter", daemon=True)
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful with port 0)."""
-        return self.server.server_address[1]
-
-    def start(self) -> None:
-        """Serve in the background."""
-        self.thread.start()
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self.server.shutdown()
-        self.server.server_close()

@@ -381,7 +381,7 @@ def window_quantiles(history: History, name: str, window: float, q: float) -> di
     "availability_ratio": "share of probe sends acknowledged over the availability window (0-1)",
     "sent_per_second": "probe messages sent per second",
     "failed_per_second": "probe sends failing per second",
-    "lost_per_second": "acknowledged probe messages never received within the SLA, per second",
+    "lost_per_second": "acknowledged probe messages the log lost (their offsets read without them), per second",
     "lost_in_window": "acknowledged probe messages lost within the signal window",
 })
 def probe_signals(history: History, window: float) -> dict[str, Signals]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,12 +29,22 @@ class Health:
     error: str = ""
 
 
-class CollectorSet:
-    """Runs a group of collectors, each isolated: one failing source never stops the others."""
+class CollectorTimeout(Exception):
+    """A collector still running at its deadline."""
 
-    def __init__(self, collectors: list[Collector]):
+
+class CollectorSet:
+    """Runs a group of collectors, each isolated: one failing or hanging source never stops the others.
+
+    With a timeout, each collector runs in a worker thread; one past its deadline counts as failed, its thread is
+    abandoned (a blocked read cannot be interrupted) and it is not started again while that thread still runs.
+    """
+
+    def __init__(self, collectors: list[Collector], timeout: float | None = None):
         self.collectors = collectors
+        self.timeout = timeout
         self.health: dict[str, Health] = {c.name: Health() for c in collectors}
+        self._hung: dict[str, threading.Thread] = {}
 
     def run(self, root: Root) -> list[Sample]:
         """Samples from every collector that succeeded; failures are logged once per failure streak."""
@@ -41,10 +53,10 @@ class CollectorSet:
             health = self.health[c.name]
             start = time.perf_counter()
             try:
-                got = c.collect(root)
+                got = self._collect(c, root)
             except Exception as e:  # any failure of one source only degrades that source
                 health.duration = time.perf_counter() - start
-                message = f"{type(e).__name__}: {e}"
+                message = str(e) if isinstance(e, CollectorTimeout) else f"{type(e).__name__}: {e}"
                 if health.success or not health.error:
                     log.warning("collector %s failed: %s", c.name, message)
                 health.success, health.error = False, message
@@ -53,6 +65,31 @@ class CollectorSet:
             health.success, health.error, health.last_success = True, "", root.now()
             samples.extend(got)
         return samples
+
+    def _collect(self, c: Collector, root: Root) -> list[Sample]:
+        if self.timeout is None:
+            return c.collect(root)
+        hung = self._hung.get(c.name)
+        if hung is not None and hung.is_alive():
+            raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                result["samples"] = c.collect(root)
+            except Exception as e:
+                result["error"] = e
+
+        worker = threading.Thread(target=work, name=f"collector-{c.name}", daemon=True)
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            self._hung[c.name] = worker
+            raise CollectorTimeout(f"timed out after {self.timeout:g}s")
+        self._hung.pop(c.name, None)
+        if "error" in result:
+            raise result["error"]
+        return result["samples"]
 
     def help(self) -> dict[str, str]:
         """HELP text of every metric these collectors emit."""
@@ -87,26 +124,45 @@ class Pipeline:
         self.host = host
         self.window = window
         self._hold = False
+        # A reload (main thread) swaps the engine between two steps (collection thread), never during one.
+        self._lock = threading.Lock()
 
     def restart_history(self) -> None:
         """Forget the history (a replay looping back to its start) but keep the diagnoses' state."""
         self.history = History(self.history.retention)
         self._hold = True
 
+    def restore(self, diagnoses: list[Diagnosis]) -> None:
+        """Start from diagnoses kept across a restart; the first step judges nothing (it has no rates yet)."""
+        with self._lock:
+            self.engine.active = {(d.rule.id, d.subject): d for d in diagnoses}
+            self._hold = bool(diagnoses)
+
+    def replace_rules(self, rules: list[Rule]) -> None:
+        """Evaluate a new catalog from the next step on, keeping the state of diagnoses whose rule it still has."""
+        by_id = {r.id: r for r in rules}
+        with self._lock:
+            engine = Engine(rules)
+            engine.active = {key: dataclasses.replace(d, rule=by_id[key[0]])
+                             for key, d in self.engine.active.items() if key[0] in by_id}
+            self.engine = engine
+
     def step(self, root: Root, extra: list[Sample] | None = None,
              extra_health: dict[str, Health] | None = None) -> State:
         """Collect at root.now() (plus samples gathered elsewhere), then derive signals and diagnoses."""
         t = root.now()
         samples = self.collectors.run(root) + list(extra or [])
-        self.history.add(t, samples)
-        signals = compute_signals(self.history, self.window)
-        if self._hold:
-            # One snapshot gives no rates: judging on it would resolve everything that needs them.
-            self._hold = False
-            diagnoses = self.engine.current()
-            self.engine.resolved = []
-        else:
-            diagnoses = self.engine.evaluate(t, signals)
+        with self._lock:
+            self.history.add(t, samples)
+            signals = compute_signals(self.history, self.window)
+            if self._hold:
+                # One snapshot gives no rates: judging on it would resolve everything that needs them.
+                self._hold = False
+                diagnoses = self.engine.current()
+                self.engine.resolved = []
+            else:
+                diagnoses = self.engine.evaluate(t, signals)
+            resolved = self.engine.resolved
         health = {**self.collectors.health, **(extra_health or {})}
         return State(self.host, t, samples, {k: Health(**vars(v)) for k, v in health.items()}, signals,
-                     diagnoses, self.engine.resolved)
+                     diagnoses, resolved)

@@ -11,7 +11,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kdiag.collectors.blockdev import is_stacked
 from kdiag.history import History, window_rate
 
 Signals = dict[str, float | str]
@@ -162,6 +161,7 @@ def change_over(history: History, name: str, seconds: float) -> float | None:
     "dirty_background_ratio": "vm.dirty_background_ratio: % of memory dirty before background write-back starts",
     "broker_processes": "Kafka broker processes running on this host",
     "memory_total_bytes": "MemTotal",
+    "busy_share": "share of all CPUs' time not idle or iowait (0-1)",
     "rmem_max": "net.core.rmem_max: the largest receive buffer a socket may ask for",
     "wmem_max": "net.core.wmem_max: the largest send buffer a socket may ask for",
     "nic_rx_queues_max": "receive queues of the NIC with the most (lo excluded)",
@@ -201,6 +201,8 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
         dirty_background_ratio=one(sysctl, "vm.dirty_background_ratio"),
         broker_processes=total(latest_by(history, "kdiag_process_is_broker", "pid")),
         memory_total_bytes=total(latest_by(history, "kdiag_memory_MemTotal_bytes")),
+        busy_share=ratio(sum(sum(m.values()) - m.get("idle", 0.0) - m.get("iowait", 0.0) for m in cpus.values()),
+                         sum(sum(m.values()) for m in cpus.values())),
         rmem_max=one(sysctl, "net.core.rmem_max"),
         wmem_max=one(sysctl, "net.core.wmem_max"),
         nic_rx_queues_max=max((n for (dev, direction), n in latest_by(history, "kdiag_network_queues", "device", "direction").items()
@@ -216,177 +218,7 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
     return {"host": s}
 
 
-@subject("nic", {
-    "rx_packets_per_second": "packets received per second",
-    "tx_packets_per_second": "packets sent per second",
-    "rx_bytes_per_second": "bytes received per second",
-    "tx_bytes_per_second": "bytes sent per second",
-    "rx_avg_packet_bytes": "average received packet size",
-    "tx_avg_packet_bytes": "average sent packet size",
-    "rx_drops_per_second": "received packets dropped per second",
-    "link_speed_bytes": "link speed in bytes per second",
-    "link_utilization": "busier direction's bytes/s over link speed (0-1)",
-    "rx_queues": "receive queues",
-    "irq_count": "IRQs mapped to this NIC",
-    "irqs_per_second": "interrupts per second of this NIC's IRQs",
-    "irq_cpu0_share": "share of this NIC's interrupts handled on CPU0 (0-1)",
-    "irq_top_cpu_share": "share of this NIC's interrupts handled on its busiest CPU (0-1)",
-    "irq_top_cpu": "the CPU handling most of this NIC's interrupts",
-})
-def nic_signals(history: History, window: float) -> dict[str, Signals]:
-    """Traffic, packet size, link use and IRQ spread per network interface (lo excluded)."""
-    rx_packets = rates_per(history, "kdiag_network_receive_packets_total", window, "device")
-    tx_packets = rates_per(history, "kdiag_network_transmit_packets_total", window, "device")
-    rx_bytes = rates_per(history, "kdiag_network_receive_bytes_total", window, "device")
-    tx_bytes = rates_per(history, "kdiag_network_transmit_bytes_total", window, "device")
-    rx_drops = rates_per(history, "kdiag_network_receive_drop_total", window, "device")
-    speeds = latest_by(history, "kdiag_network_speed_bytes", "device")
-    queues = latest_by(history, "kdiag_network_queues", "device", "direction")
-    irq_rates: dict[str, dict[str, float]] = {}
-    for (nic, cpu), r in rates_by(history, "kdiag_interrupts_total", window, "interface", "cpu").items():
-        irq_rates.setdefault(nic, {})[cpu] = r
-    irq_ids: dict[str, set[str]] = {}
-    for nic, irq in latest_by(history, "kdiag_interrupts_total", "interface", "irq"):
-        irq_ids.setdefault(nic, set()).add(irq)
-    out = {}
-    for dev in sorted(set(rx_packets) | set(tx_packets)):
-        if dev == "lo":
-            continue
-        speed = one(speeds, dev)
-        busiest = max(rx_bytes.get(dev, 0.0), tx_bytes.get(dev, 0.0))
-        irq_cpu0, irq_top, irq_top_cpu = shares(irq_rates.get(dev, {}))
-        out[dev] = put(
-            {"name": dev},
-            rx_packets_per_second=rx_packets.get(dev),
-            tx_packets_per_second=tx_packets.get(dev),
-            rx_bytes_per_second=rx_bytes.get(dev),
-            tx_bytes_per_second=tx_bytes.get(dev),
-            rx_avg_packet_bytes=ratio(rx_bytes.get(dev), rx_packets.get(dev)),
-            tx_avg_packet_bytes=ratio(tx_bytes.get(dev), tx_packets.get(dev)),
-            rx_drops_per_second=rx_drops.get(dev),
-            link_speed_bytes=speed,
-            link_utilization=ratio(busiest, speed),
-            rx_queues=one(queues, dev, "rx"),
-            irq_count=len(irq_ids[dev]) if dev in irq_ids else None,
-            irqs_per_second=sum(irq_rates[dev].values()) if dev in irq_rates else None,
-            irq_cpu0_share=irq_cpu0,
-            irq_top_cpu_share=irq_top,
-            irq_top_cpu=irq_top_cpu,
-        )
-    return out
-
-
-def disk_media(device: str, rotational: float | None) -> str:
-    """What a block device is made of, as far as its name and rotational flag tell."""
-    if is_stacked(device):
-        return "stacked"
-    if device.startswith("nvme"):
-        return "nvme"
-    # virtio and Xen disks report rotational=1 whatever is behind them.
-    if device.startswith(("vd", "xvd")):
-        return "virtual"
-    return "hdd" if rotational == 1.0 else "ssd"
-
-
-@subject("disk", {
-    "util": "share of time the device was busy (0-1), iostat's %util",
-    "reads_per_second": "reads completed per second",
-    "writes_per_second": "writes completed per second",
-    "read_bytes_per_second": "bytes read per second",
-    "write_bytes_per_second": "bytes written per second",
-    "read_await_seconds": "average time a read took, queueing included",
-    "write_await_seconds": "average time a write took, queueing included",
-    "queue_depth": "average requests in flight (iostat's aqu-sz)",
-    "flushes_per_second": "flush requests per second (kernels 5.5+)",
-    "rotational": "1 for a spinning disk",
-    "scheduler": "the active I/O scheduler (/sys/block/DEV/queue/scheduler)",
-    "holds_kafka_logs": "1 when a Kafka log dir lives on this device or on a volume stacked on it (LVM, md)",
-    "stacked": "1 for a device-mapper (LVM) or md RAID device, whose disks below it are judged instead",
-    "media": "hdd (rotational sd*/hd*), ssd, nvme, virtual (virtio, xen), or stacked",
-    "log_fs_noatime": "1 when every filesystem holding a Kafka log dir on this device is mounted noatime, else 0",
-})
-def disk_signals(history: History, window: float) -> dict[str, Signals]:
-    """iostat-style utilisation, throughput and latency per block device."""
-    busy = rates_per(history, "kdiag_disk_io_time_seconds_total", window, "device")
-    reads = rates_per(history, "kdiag_disk_reads_completed_total", window, "device")
-    writes = rates_per(history, "kdiag_disk_writes_completed_total", window, "device")
-    read_time = rates_per(history, "kdiag_disk_read_time_seconds_total", window, "device")
-    write_time = rates_per(history, "kdiag_disk_write_time_seconds_total", window, "device")
-    read_bytes = rates_per(history, "kdiag_disk_read_bytes_total", window, "device")
-    written_bytes = rates_per(history, "kdiag_disk_written_bytes_total", window, "device")
-    weighted = rates_per(history, "kdiag_disk_io_time_weighted_seconds_total", window, "device")
-    flushes = rates_per(history, "kdiag_disk_flush_requests_total", window, "device")
-    rotational = latest_by(history, "kdiag_block_rotational", "device")
-    schedulers = {dev: sched for dev, sched in latest_by(history, "kdiag_block_scheduler_info", "device", "scheduler")}
-    log_dirs = latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint")
-    noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
-    out = {}
-    for dev in sorted(busy):
-        log_mounts = [m for d, m in log_dirs if d == dev]
-        log_noatime = [noatime[m] for m in log_mounts if m in noatime]
-        out[dev] = put(
-            {"name": dev},
-            util=min(busy[dev], 1.0),
-            reads_per_second=reads.get(dev),
-            writes_per_second=writes.get(dev),
-            read_bytes_per_second=read_bytes.get(dev),
-            write_bytes_per_second=written_bytes.get(dev),
-            read_await_seconds=ratio(read_time.get(dev), reads.get(dev)) or (0.0 if dev in reads else None),
-            write_await_seconds=ratio(write_time.get(dev), writes.get(dev)) or (0.0 if dev in writes else None),
-            queue_depth=weighted.get(dev),
-            flushes_per_second=flushes.get(dev),
-            rotational=one(rotational, dev),
-            scheduler=schedulers.get(dev),
-            holds_kafka_logs=float(bool(log_mounts)) if log_dirs else None,
-            stacked=float(is_stacked(dev)),
-            media=disk_media(dev, one(rotational, dev)),
-            log_fs_noatime=float(all(log_noatime)) if log_noatime else None,
-        )
-    return out
-
-
-@subject("proc", {
-    "pid": "process id",
-    "comm": "process name",
-    "cmdline": "command line (truncated)",
-    "read_bytes_per_second": "bytes per second this process made the block layer read (/proc/PID/io read_bytes)",
-    "rchar_bytes_per_second": "bytes per second this process read through read(2), page cache hits included",
-    "write_bytes_per_second": "bytes per second this process caused to be written",
-    "cpu_cores": "CPU seconds per second (1.0 = one core)",
-    "open_fds": "open file descriptors",
-    "max_fds": "soft RLIMIT_NOFILE",
-    "is_broker": "1 for a Kafka broker process",
-    "touches_log_dir": "1 when its command line, cwd or open files reach into a Kafka log dir",
-})
-def proc_signals(history: History, window: float) -> dict[str, Signals]:
-    """Per-process I/O and identity for the broker and the top readers."""
-    reads = rates_per(history, "kdiag_process_read_bytes_total", window, "pid")
-    rchar = rates_per(history, "kdiag_process_rchar_bytes_total", window, "pid")
-    written = rates_per(history, "kdiag_process_written_bytes_total", window, "pid")
-    cpu = rates_per(history, "kdiag_process_cpu_seconds_total", window, "pid")
-    open_fds = latest_per(history, "kdiag_process_open_fds", "pid")
-    max_fds = latest_per(history, "kdiag_process_max_fds", "pid")
-    is_broker = latest_per(history, "kdiag_process_is_broker", "pid")
-    touches = latest_per(history, "kdiag_process_touches_log_dir", "pid")
-    out = {}
-    for labels, _, _ in history.series("kdiag_process_info"):
-        pid = labels["pid"]
-        out[pid] = put(
-            {"name": f"pid {pid} {labels.get('comm', '')}".strip()},
-            pid=float(pid),
-            comm=labels.get("comm", ""),
-            cmdline=labels.get("cmdline", ""),
-            read_bytes_per_second=reads.get(pid),
-            rchar_bytes_per_second=rchar.get(pid),
-            write_bytes_per_second=written.get(pid),
-            cpu_cores=cpu.get(pid),
-            open_fds=open_fds.get(pid),
-            max_fds=max_fds.get(pid),
-            is_broker=is_broker.get(pid),
-            touches_log_dir=touches.get(pid),
-        )
-    return out
-
-# Kafka and probe subject kinds register themselves on import.
+# Device, process, Kafka and probe subject kinds register themselves on import, in this order.
+import kdiag.device_signals  # noqa: E402
 import kdiag.kafka_signals  # noqa: E402
 import kdiag.loadgen_signals  # noqa: E402, F401

@@ -8,6 +8,7 @@ import shutil
 import socket
 import urllib.error
 import urllib.request
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from kdiag.config import Config
 from kdiag.daemon import host_collectors
 from kdiag.engine import default_rules_dir, load_catalog
-from kdiag.exporter import SCHEDULE_NOTE, Exporter, Published, render_metrics
+from kdiag.exporter import SCHEDULE_NOTE, Published, render_metrics
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording import record
 from kdiag.root import Root, SnapshotRoot
+from kdiag.webserver import Exporter
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +91,13 @@ class Server:
         self.exporter = Exporter("127.0.0.1:0", self.published)
         self.exporter.start()
 
-    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, Message, bytes]:
         req = urllib.request.Request(f"http://127.0.0.1:{self.exporter.port}{path}", headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, dict(r.headers), r.read()
+                return r.status, r.headers, r.read()
         except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read()
+            return e.code, e.headers, e.read()
 
 
 @pytest.fixture
@@ -183,9 +185,9 @@ def test_exporter_binds_loopback_port_zero():
     exporter = Exporter("127.0.0.1:0", published)
     try:
         assert exporter.port > 0
-        assert exporter.server.server_address[0] == "127.0.0.1"
+        assert exporter.address[0] == "127.0.0.1"
     finally:
-        exporter.server.server_close()
+        exporter.stop()
     # The port is free again.
     with socket.socket() as s:
         s.bind(("127.0.0.1", exporter.port))

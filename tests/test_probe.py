@@ -1,4 +1,4 @@
-"""The synthetic probe: the pure sequence tracker and histogram, and the service against the Kafka lab."""
+"""The synthetic probe: its histogram, topic reconcile, and the service against the Kafka lab."""
 
 from __future__ import annotations
 
@@ -7,126 +7,12 @@ from concurrent.futures import Future
 
 import pytest
 
-from kdiag import lab
-from kdiag.probe import (
-    DUPLICATE,
-    HELP,
-    LATE,
-    OUT_OF_ORDER,
-    RECEIVED,
-    Histogram,
-    ProbeConfig,
-    ProbeService,
-    SequenceTracker,
-    _Topology,
-)
+from kdiag import probe_topic
+from kdiag.probe import MAGIC, PAYLOAD, ProbeConfig, ProbeService
+from kdiag.probe_metrics import HELP, Histogram
+from kdiag.probe_topic import Topology
 from kdiag.sample import COUNTER, GAUGE, HISTOGRAM
 from waiting import timed_wait
-
-# -- SequenceTracker ---------------------------------------------------------------------------------
-
-
-def test_in_order_messages_are_received_and_settle():
-    t = SequenceTracker(sla=10)
-    for seq in range(5):
-        t.acked(0, seq, now=seq)
-        assert t.received(0, seq) == RECEIVED
-    assert t.pending() == 0
-    assert t.expire(now=100) == []
-    assert t.partitions[0].floor == 5 and not t.partitions[0].received
-
-
-def test_received_before_its_ack_is_not_expected_again():
-    t = SequenceTracker(sla=10)
-    assert t.received(0, 0) == RECEIVED
-    t.acked(0, 0, now=0)
-    assert t.pending() == 0
-    assert t.expire(now=100) == []
-
-
-def test_duplicates_above_and_below_the_floor():
-    t = SequenceTracker(sla=10)
-    t.acked(0, 0, now=0)
-    t.acked(0, 1, now=0)
-    assert t.received(0, 1) == RECEIVED
-    assert t.received(0, 1) == DUPLICATE  # above the floor: 0 is still missing
-    assert t.received(0, 0) == OUT_OF_ORDER
-    assert t.partitions[0].floor == 2
-    assert t.received(0, 0) == DUPLICATE  # below the floor
-    assert t.expire(now=100) == []
-
-
-def test_gap_filled_within_sla_is_late_not_lost():
-    t = SequenceTracker(sla=10)
-    for seq in range(3):
-        t.acked(0, seq, now=0, tag="b1")
-    assert t.received(0, 0) == RECEIVED
-    assert t.received(0, 2) == RECEIVED
-    assert t.expire(now=5) == []
-    assert t.pending() == 1
-    assert t.received(0, 1) == OUT_OF_ORDER
-    assert t.expire(now=100) == []
-    assert t.pending() == 0
-
-
-def test_gap_unfilled_past_sla_is_lost_once_and_a_late_copy_is_late():
-    t = SequenceTracker(sla=10)
-    for seq in range(3):
-        t.acked(0, seq, now=1, tag="b2")
-    t.received(0, 0)
-    t.received(0, 2)
-    assert t.expire(now=10.9) == []
-    assert t.expire(now=11) == [(0, 1, "b2")]
-    assert t.expire(now=50) == []
-    assert t.partitions[0].floor == 3
-    assert t.received(0, 1) == LATE
-    assert t.received(0, 1) == DUPLICATE
-
-
-def test_tail_loss_needs_no_later_message():
-    t = SequenceTracker(sla=10)
-    t.acked(0, 0, now=0)
-    t.received(0, 0)
-    t.acked(0, 1, now=1, tag=3)
-    assert t.expire(now=11) == [(0, 1, 3)]
-
-
-def test_failed_send_is_never_lost_and_a_copy_written_anyway_is_not_a_duplicate():
-    t = SequenceTracker(sla=10)
-    t.acked(0, 0, now=0)
-    t.failed(0, 1)
-    t.acked(0, 2, now=0)
-    t.received(0, 0)
-    t.received(0, 2)
-    assert t.expire(now=100) == []
-    assert t.partitions[0].floor == 3
-    assert t.received(0, 1) == OUT_OF_ORDER
-    assert t.received(0, 1) == DUPLICATE
-
-
-def test_partitions_are_independent():
-    t = SequenceTracker(sla=10)
-    t.acked(0, 0, now=0, tag=1)
-    t.acked(1, 0, now=0, tag=2)
-    assert t.received(1, 0) == RECEIVED
-    assert t.expire(now=10) == [(0, 0, 1)]
-
-
-def test_memory_stays_bounded():
-    t = SequenceTracker(sla=10)
-    for seq in range(50_000):
-        t.acked(0, seq, now=seq)
-        if seq % 1000 == 7:
-            t.failed(0, seq)
-        elif seq % 1000 == 8:
-            pass  # lost
-        else:
-            t.received(0, seq)
-        t.expire(now=seq)
-    p = t.partitions[0]
-    assert len(p.received) < 20 and len(p.waiting) < 20
-    assert len(p.failed) <= 11 and len(p.lost) <= 11
-
 
 # -- Histogram -----------------------------------------------------------------------------------------
 
@@ -177,6 +63,23 @@ def test_disabled_probe_starts_nothing():
     svc.stop()
 
 
+def test_service_counts_late_lost_and_reads_past_other_writers():
+    svc = ProbeService("127.0.0.1:1", ProbeConfig(topic="t", sla=10), "unit")
+
+    def ours(seq: int, sent: float) -> bytes:
+        return PAYLOAD.pack(MAGIC, svc.run_id.bytes, 0, seq, sent, 1)
+
+    for seq, offset in ((0, 5), (1, 6), (2, 8)):
+        svc._settle(0, seq, 100.0, 1, 0.01, offset)  # broker 1 acked seq at offset
+    svc._receive(0, 5, ours(0, 100.0), 100.5)
+    svc._receive(0, 5, ours(0, 100.0), 100.6)  # read again after an offset reset: not a duplicate
+    svc._receive(0, 6, b"another kdiag's message", 101.0)  # seq 1's offset holds something else: lost
+    svc._receive(0, 8, ours(2, 100.0), 130.0)  # 30 s after it was sent: late, not lost
+    got = {c: values(svc, f"kdiag_probe_messages_{c}_total")["1"] for c in ("received", "late", "lost", "duplicated")}
+    assert got == {"received": 2, "late": 1, "lost": 1, "duplicated": 0}
+    assert values(svc, "kdiag_probe_pending_messages") == {"": 0}
+
+
 class FakeAdmin:
     """Records the admin calls of a reconcile; every call succeeds."""
 
@@ -200,24 +103,22 @@ class FakeAdmin:
 def test_reconcile_adds_partitions_for_a_new_broker_and_elects_preferred_leaders():
     from confluent_kafka import ElectionType
 
-    svc = ProbeService("127.0.0.1:1", ProbeConfig(topic="t"), "unit")
     replicas = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
     isrs = {p: sorted(r) for p, r in replicas.items()}
     # Broker 4 is new; partition 1 is led by 3 while its preferred replica 2 is back in sync.
-    topology = _Topology({0: 1, 1: 3, 2: 3}, replicas, isrs, {1, 2, 3, 4})
-    assert svc._needs_reconcile(topology)
+    topology = Topology({0: 1, 1: 3, 2: 3}, replicas, isrs, {1, 2, 3, 4})
+    assert probe_topic.needs_reconcile(topology)
     admin = FakeAdmin()
-    svc._reconcile(admin, topology)
+    probe_topic.reconcile(admin, "t", topology, 1)
     assert admin.calls == [("create_partitions", "t", 4, [[4, 1, 2]]), ("elect_leaders", ElectionType.PREFERRED, [1])]
 
 
 def test_no_reconcile_while_the_preferred_replica_is_down_or_out_of_sync():
-    svc = ProbeService("127.0.0.1:1", ProbeConfig(topic="t"), "unit")
     replicas = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
-    down = _Topology({0: 1, 1: 2, 2: 1}, replicas, {0: [1, 2], 1: [1, 2], 2: [1, 2]}, {1, 2})
-    assert not svc._needs_reconcile(down)
-    catching_up = _Topology({0: 1, 1: 2, 2: 1}, replicas, {0: [1, 2], 1: [1, 2], 2: [1, 2]}, {1, 2, 3})
-    assert not svc._needs_reconcile(catching_up)
+    down = Topology({0: 1, 1: 2, 2: 1}, replicas, {0: [1, 2], 1: [1, 2], 2: [1, 2]}, {1, 2})
+    assert not probe_topic.needs_reconcile(down)
+    catching_up = Topology({0: 1, 1: 2, 2: 1}, replicas, {0: [1, 2], 1: [1, 2], 2: [1, 2]}, {1, 2, 3})
+    assert not probe_topic.needs_reconcile(catching_up)
 
 
 def values(svc: ProbeService, name: str) -> dict[str, float]:
@@ -240,7 +141,7 @@ def test_probe_metrics_per_broker(kafka_lab):
         assert svc.health() == (True, "")
         samples = svc.samples()
         names = {s.name for s in samples}
-        for counter in ("sent", "acked", "failed", "received", "lost", "duplicated", "out_of_order"):
+        for counter in ("sent", "acked", "failed", "received", "late", "lost", "duplicated", "out_of_order"):
             name = f"kdiag_probe_messages_{counter}_total"
             assert set(values(svc, name)) == brokers and name in HELP
         for hist in ("kdiag_probe_produce_latency_seconds", "kdiag_probe_end_to_end_latency_seconds"):
@@ -256,41 +157,3 @@ def test_probe_metrics_per_broker(kafka_lab):
         assert {name for name in names if not name.endswith(("_bucket", "_sum", "_count"))} <= set(HELP)
     finally:
         svc.stop()
-
-
-@pytest.mark.kafka
-def test_broker_restart_drops_its_availability_and_loses_nothing(kafka_lab):
-    if kafka_lab["brokers"] < 3:
-        pytest.skip("needs a 3-broker lab (kdiag lab up --brokers 3)")
-    victim = "3"
-    svc = ProbeService(kafka_lab["bootstrap"], ProbeConfig(**TEST_CONFIG), "restart")
-    svc.start()
-    timings = {}
-    try:
-        availability = lambda: values(svc, "kdiag_probe_availability_ratio")  # noqa: E731
-        timings["healthy"] = timed_wait(lambda: len(availability()) == 3 and all(v == 1.0 for v in availability().values())
-                                      and values(svc, "kdiag_probe_partitions").get(victim, 0) >= 1, 60,
-                                      "every broker fully available and leading a probe partition")
-        sent_before = values(svc, "kdiag_probe_messages_acked_total")
-        try:
-            t0 = time.monotonic()
-            lab.stop_node(int(victim), kafka_lab["dir"])
-            timings["stop"] = time.monotonic() - t0
-            timings["drop"] = timed_wait(lambda: availability().get(victim, 1.0) < 0.5, 30,
-                                       f"availability of broker {victim} below 0.5 while it is down")
-            assert values(svc, "kdiag_probe_partitions")[victim] == 0
-        finally:
-            t0 = time.monotonic()
-            lab.start_node(int(victim), kafka_lab["dir"])
-            timings["start"] = time.monotonic() - t0
-        timings["recover"] = timed_wait(lambda: availability().get(victim) == 1.0, 90,
-                                      f"availability of broker {victim} back to 1 after its restart")
-        acked = values(svc, "kdiag_probe_messages_acked_total")
-        assert all(acked[b] > sent_before[b] for b in ("1", "2")), "the others kept acking"
-        assert sum(values(svc, "kdiag_probe_messages_lost_total").values()) == 0
-        assert svc.health() == (True, "")
-    finally:
-        svc.stop()
-        counts = {c: sum(values(svc, f"kdiag_probe_messages_{c}_total").values())
-                  for c in ("sent", "failed", "duplicated", "out_of_order")}
-        print(f"restart test timings: {({k: round(v, 1) for k, v in timings.items()})}, counts: {counts}")

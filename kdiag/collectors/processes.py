@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from kdiag.collectors._procutil import malformed, parse_key_values, read_source
 from kdiag.collectors.blockdev import disks_behind
+from kdiag.collectors.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 from kdiag.collectors.mounts import device_for_path, parse_mounts
 from kdiag.redact import cmdline_label
 from kdiag.root import Root
@@ -31,6 +32,9 @@ HELP = {
     "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
     "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
     "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
+    "kdiag_process_jvm_max_heap_bytes": "The JVM's heap ceiling (-Xmx) from its command line.",
+    "kdiag_process_is_load_generator": "Whether the process runs a Kafka perf-test tool (1) or not (0).",
+    "kdiag_process_gc_cpu_seconds_total": "CPU seconds of a load generator JVM's garbage collector threads.",
     "kdiag_process_info": "Command line (secrets masked; see processes.cmdline) and cwd of the process, value 1.",
 }
 
@@ -138,17 +142,28 @@ def touches(paths: Iterable[str], log_dirs: Iterable[str]) -> bool:
     return False
 
 
-def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int]], top_n: int) -> list[Process]:
+def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int, int]], top_n: int) -> list[Process]:
     """The top_n non-broker processes by read_bytes growth, then rchar growth; idle ones never."""
     ranked = []
     for p in procs:
         if is_broker(p.argv):
             continue
-        before = previous.get((p.pid, p.stat.start_ticks), (0, 0))
+        before = previous.get((p.pid, p.stat.start_ticks), (0, 0, 0))
         growth = (p.io.read_bytes - before[0], p.io.rchar - before[1])
         if growth[0] > 0 or growth[1] > 0:
             ranked.append((growth, p))
     ranked.sort(key=lambda item: (-item[0][0], -item[0][1], item[1].pid))
+    return [p for _, p in ranked[:top_n]]
+
+
+def top_cpu(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int, int]], top_n: int) -> list[Process]:
+    """The top_n non-broker processes by CPU time since the last scan: metadata walkers and load generators read little."""
+    ranked = []
+    for p in procs:
+        before = previous.get((p.pid, p.stat.start_ticks))
+        if before is not None and not is_broker(p.argv) and (growth := p.stat.cpu_ticks - before[2]) > 0:
+            ranked.append((growth, p))
+    ranked.sort(key=lambda item: (-item[0], item[1].pid))
     return [p for _, p in ranked[:top_n]]
 
 
@@ -164,8 +179,8 @@ class ProcessesCollector:
         self.cmdline = cmdline  # redacted | off | full
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
-        # (pid, start time) -> (read_bytes, rchar) at the last collect; start time tells a reused pid.
-        self._previous: dict[tuple[int, int], tuple[int, int]] = {}
+        # (pid, start time) -> (read_bytes, rchar, cpu ticks) at the last collect; start time tells a reused pid.
+        self._previous: dict[tuple[int, int], tuple[int, int, int]] = {}
         self._discovered: list[str] = []
         self._discovered_at = -math.inf
         self._brokers: set[tuple[int, int]] = set()
@@ -174,8 +189,9 @@ class ProcessesCollector:
         """Samples for brokers and top readers, and kdiag_kafka_log_dir_info for each log dir."""
         procs = scan(root)
         brokers = [p for p in procs if is_broker(p.argv)]
-        chosen = brokers + top_readers(procs, self._previous, self.top_n)
-        self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar) for p in procs}
+        readers = top_readers(procs, self._previous, self.top_n)
+        chosen = brokers + readers + [p for p in top_cpu(procs, self._previous, self.top_n) if p not in readers]
+        self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar, p.stat.cpu_ticks) for p in procs}
         # A broker holds thousands of segment files: follow its fd links only to (re)discover the log dirs.
         broker_keys = {(p.pid, p.stat.start_ticks) for p in brokers}
         discover = not self.log_dirs and (
@@ -195,6 +211,9 @@ class ProcessesCollector:
         samples = log_dir_samples(root, log_dirs) if log_dirs else []
         for p, d in inspected:
             samples += process_samples(p, d, log_dirs, self.cmdline)
+            if is_load_generator(p.argv) and (ticks := gc_thread_ticks(root, p.pid)) is not None:
+                samples.append(sample("kdiag_process_gc_cpu_seconds_total", ticks / TICKS_PER_SECOND, COUNTER,
+                                      pid=p.pid, comm=p.stat.comm))
         return samples
 
 
@@ -225,6 +244,23 @@ def read_details(root: Root, pid: int, follow_fds: bool = True) -> Details:
             continue
     max_fds = parse_max_fds(*read_source(root, "proc", f"{pid}/limits"))
     return Details(root.readlink("proc", f"{pid}/cwd"), len(fds), targets, max_fds)
+
+
+def gc_thread_ticks(root: Root, pid: int, max_threads: int = 4096) -> int | None:
+    """CPU ticks (utime+stime) the JVM's garbage collector threads have used; None when its threads cannot be listed."""
+    try:
+        tids = root.listdir("proc", f"{pid}/task")[:max_threads]
+    except OSError:
+        return None
+    ticks = 0
+    for tid in tids:
+        try:
+            stat = parse_stat(*read_source(root, "proc", f"{pid}/task/{tid}/stat"))
+        except OSError:
+            continue  # the thread ended meanwhile
+        if GC_THREAD.match(stat.comm):
+            ticks += stat.cpu_ticks
+    return ticks
 
 
 def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
@@ -258,5 +294,7 @@ def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = 
         sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
         sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
         sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
+        sample("kdiag_process_is_load_generator", int(is_load_generator(p.argv)), GAUGE, **labels),
         sample("kdiag_process_info", 1, GAUGE, **labels, **info, cwd=d.cwd),
+        *([sample("kdiag_process_jvm_max_heap_bytes", heap, GAUGE, **labels)] if (heap := jvm_max_heap_bytes(p.argv)) else []),
     ]
