@@ -23,5 +23,9 @@ _REPR.maxlevel = 3
 
 def quote(value: Any, limit: int = LIMIT) -> str:
     """repr() of value cut to about `limit` characters; strings keep their head, not their middle."""
-    text = repr(value[: limit + 1]) if isinstance(value, str) else _REPR.repr(value)
+    return cut(repr(value[: limit + 1]) if isinstance(value, str) else _REPR.repr(value), limit)
+
+
+def cut(text: str, limit: int = LIMIT) -> str:
+    """text, or its first `limit` characters ending in '...'."""
     return text if len(text) <= limit else text[: limit - 3] + "..."

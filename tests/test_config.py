@@ -134,7 +134,7 @@ def test_yaml_syntax_error_names_the_file(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(ConfigError, match=rf"{tmp_path / 'nope.yaml'}: No such file"):
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'nope.yaml'}: cannot read: No such file or directory$"):
         load_config(tmp_path / "nope.yaml")
 
 
@@ -142,10 +142,7 @@ def test_missing_file(tmp_path):
     ("listen: localhost\n", "listen: 'localhost' is not host:port"),
     ("listen: 'host:99999'\n", "listen: 'host:99999' is not host:port"),
     ("listen: 'host:0'\n", "listen: 'host:0' is not host:port"),
-    ("interval: 0s\n", "interval: must be positive"),
-    ("signal_window: 0\n", "signal_window: must be positive"),
     ("interval: 1m\nhistory: 5m\n", "history: must hold at least 10 intervals"),
-    ("processes:\n  top_n: -1\n", "processes.top_n: must be 0 or more"),
 ])
 def test_validate_cross_checks(tmp_path, text, fragment):
     path = write(tmp_path, text)
