@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +13,7 @@ from typing import Any
 from kdiag import yamlsafe
 from kdiag.engine import parse_duration
 from kdiag.probe import ProbeConfig
-from kdiag.quote import quote
+from kdiag.quote import cut, quote
 
 
 class ConfigError(Exception):
@@ -21,6 +21,7 @@ class ConfigError(Exception):
 
 
 Duration = typing.NewType("Duration", float)
+MAX_TEXT = 4096  # PATH_MAX: no config string (path, address, URL, name) needs more
 
 # The range of every number in the config, by key path (a list's items share the list's range); durations in seconds.
 # A new numeric key needs an entry here: tests/test_config.py fails for one without.
@@ -136,8 +137,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{path}: expected an integer, got {quote(value)}")
         return _in_range(value, path)
-    if tp is str and not isinstance(value, str):
-        raise ConfigError(f"{path}: expected a string, got {quote(value)}")
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {quote(value)}")
+        if len(value) > MAX_TEXT:
+            raise ConfigError(f"{path}: {quote(value, 40)} is {len(value)} characters long (at most {MAX_TEXT})")
     if tp is bool and not isinstance(value, bool):
         raise ConfigError(f"{path}: expected true or false, got {quote(value)}")
     if tp is float:
@@ -148,10 +152,11 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
 
 
 def _in_range(value: float, path: str, unit: str = "") -> Any:
-    """value, if finite and inside the key's LIMITS."""
-    low, high = LIMITS.get(re.sub(r"\[\d+\]$", "", path), (-math.inf, math.inf))
-    if not (math.isfinite(value) and low <= value <= high):
-        expected = f"from {low:g}{unit} to {high:g}{unit}" if math.isfinite(low) else "a finite number"
+    """value, if inside the key's LIMITS (NaN never is), or at least finite for a key without limits."""
+    limits = LIMITS.get(re.sub(r"\[\d+\]$", "", path))
+    low, high = limits or (-sys.float_info.max, sys.float_info.max)
+    if not low <= value <= high:
+        expected = f"from {low:g}{unit} to {high:g}{unit}" if limits else "a finite number"
         raise ConfigError(f"{path}: {quote(value)} is out of range (expected {expected})")
     return value
 
@@ -164,8 +169,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
     for key in data:
         if key not in names:
             where = f"{path}.{key}" if path else str(key)
-            raise ConfigError(f"{quote(where) if len(where) > 80 else where}: unknown key "
-                              f"(expected one of {', '.join(sorted(names))})")
+            raise ConfigError(f"{cut(where)}: unknown key (expected one of {', '.join(sorted(names))})")
     kwargs = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
     return cls(**kwargs)
 

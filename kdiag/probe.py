@@ -31,6 +31,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdiag.quote import quote
 from kdiag.sample import COUNTER, GAUGE, HISTOGRAM, Sample, sample
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class ProbeConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be positive")
         if self.acks not in ("all", "-1", "0", "1"):
-            raise ValueError(f"acks: '{self.acks}' is not all, -1, 0 or 1")
+            raise ValueError(f"acks: {quote(self.acks)} is not all, -1, 0 or 1")
         if self.replication_factor < 0 or self.partitions_per_broker < 1:
             raise ValueError("replication_factor must be 0 or more and partitions_per_broker 1 or more")
         if not self.topic:
