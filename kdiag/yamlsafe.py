@@ -132,7 +132,7 @@ def _error(path: str | Path, text: str, e: yaml.YAMLError) -> YamlError:
     if isinstance(e, yaml.reader.ReaderError):  # a control character: binary data
         line = text.count("\n", 0, e.position) + 1
         column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
-        return YamlError(path, f"not a text file (control character #x{ord(e.character):04x})", line, column)
+        return YamlError(path, f"not a text file (control character #x{e.character:04x})", line, column)
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         problem = " ".join(filter(None, (e.context, e.problem)))
