@@ -11,7 +11,7 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
-from kdiag.quote import quote
+from kdiag.quote import cut, quote
 
 # kdiag's files are ~10 KB and ~300 values. PyYAML in pure Python takes ~3 s for the worst MiB (newlines) and
 # ~700 bytes a value, so both bounds keep any file to seconds and tens of MB.
@@ -136,5 +136,6 @@ def _error(path: str | Path, text: str, e: yaml.YAMLError) -> YamlError:
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         problem = " ".join(filter(None, (e.context, e.problem)))
-        return YamlError(path, f"YAML: {problem}", mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)
-    return YamlError(path, f"YAML: {quote(str(e), 200)}")
+        # cut: PyYAML quotes tags, which can be as long as the file
+        return YamlError(path, f"YAML: {cut(problem, 200)}", mark.line + 1 if mark else 0, mark.column + 1 if mark else 0)
+    return YamlError(path, f"YAML: {cut(str(e), 200)}")

@@ -182,6 +182,18 @@ def test_a_megabyte_rule_id_and_a_long_key_give_short_lines(tmp_path):
     assert len(result.stderr) < 600
 
 
+def test_unknown_and_python_tags_are_refused_in_a_short_line(tmp_path):
+    path = write(tmp_path / "tags.yaml", "a: !!python/object/apply:os.system [id]\n")
+    with pytest.raises(yamlsafe.YamlError, match=r":1:4: YAML: could not determine a constructor for the tag "
+                       r"'tag:yaml.org,2002:python/object/apply:os.system'$"):
+        yamlsafe.load(path)
+    path = write(tmp_path / "long_tag.yaml", "a: !" + "t" * 100_000 + " 1\n")
+    with pytest.raises(yamlsafe.YamlError) as info:
+        yamlsafe.load(path)
+    assert str(info.value).startswith(f"{path}:1:4: YAML: could not determine a constructor for the tag '!ttt")
+    assert len(info.value.message) <= 206
+
+
 def test_quote_is_bounded_whatever_the_value():
     assert quote("x" * 10**6) == "'" + "x" * 76 + "..."
     assert len(quote([list(range(1000))] * 10**6)) <= 80
