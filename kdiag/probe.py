@@ -36,6 +36,7 @@ from kdiag.kafka_client import ClientSettings, ErrorLog
 from kdiag.probe_metrics import BrokerStats
 from kdiag.probe_sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe_topic import REQUEST_TIMEOUT, Topology
+from kdiag.quote import quote
 from kdiag.sample import GAUGE, Sample, sample
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class ProbeConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be positive")
         if self.acks not in ("all", "-1", "0", "1"):
-            raise ValueError(f"acks: '{self.acks}' is not all, -1, 0 or 1")
+            raise ValueError(f"acks: {quote(self.acks)} is not all, -1, 0 or 1")
         if self.replication_factor < 0 or self.partitions_per_broker < 1:
             raise ValueError("replication_factor must be 0 or more and partitions_per_broker 1 or more")
         if not self.topic:
