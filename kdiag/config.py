@@ -39,6 +39,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "kafka.jmx_interval": (0.5, 3600),
     "kafka.timeout": (0.1, 300),
     "kafka.max_partition_series": (0, 1_000_000),
+    "kafka.expected_brokers": (0, 2**31 - 1),
+    "nics.*.speed_mbps": (0, 10_000_000),
     "probe.interval": (0.01, 3600),
     "probe.replication_factor": (0, 32767),
     "probe.partitions_per_broker": (1, 1000),
@@ -62,6 +64,14 @@ class ProcessesConfig:
 
 
 @dataclass
+class NicConfig:
+    """What kdiag cannot read from a NIC itself."""
+
+    # Link speed for NICs that report none (virtio, some bonds: /sys/class/net/IF/speed is -1); 0: as reported.
+    speed_mbps: int = 0
+
+
+@dataclass
 class KafkaConfig:
     """How to reach the cluster; empty bootstrap_servers turns the Kafka collectors off."""
 
@@ -71,6 +81,8 @@ class KafkaConfig:
     jmx_interval: Duration = Duration(30.0)
     timeout: Duration = Duration(10.0)
     max_partition_series: int = 2000
+    # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
+    expected_brokers: list[int] = field(default_factory=list)
     # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the `kdiag lab` jars.
     jmx_classpath: str = ""
     # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
@@ -142,6 +154,7 @@ class Config:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
+    nics: dict[str, NicConfig] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Cross-field checks that types alone cannot express."""
@@ -182,7 +195,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         for key in value:
             if not isinstance(key, str) or not 0 < len(key) <= 200:
                 raise ConfigError(f"{path}: key {quote(key, 40)} is not a property name")
-        return dict(value)
+        item = typing.get_args(tp)[1]
+        if item is Any:
+            return dict(value)
+        return {k: _convert(item, v, f"{path}.{k}") for k, v in value.items()}
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
@@ -208,7 +224,9 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
 
 def _in_range(value: float, path: str, unit: str = "") -> Any:
     """value, if inside the key's LIMITS (NaN never is), or at least finite for a key without limits."""
-    limits = LIMITS.get(re.sub(r"\[\d+\]$", "", path))
+    key = re.sub(r"\[\d+\]$", "", path)
+    # A mapping's own keys (nics.eth0.speed_mbps) share one range (nics.*.speed_mbps).
+    limits = LIMITS.get(key) or LIMITS.get(re.sub(r"\.[^.]+\.([^.]+)$", r".*.\1", key))
     low, high = limits or (-sys.float_info.max, sys.float_info.max)
     if not low <= value <= high:
         expected = f"from {low:g}{unit} to {high:g}{unit}" if limits else "a finite number"

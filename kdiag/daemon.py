@@ -56,7 +56,8 @@ def host_collectors(config: Config) -> list[Collector]:
     """One collector per /proc or /sys source."""
     return [
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
-        NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
+        NetstatCollector(), NetclassCollector({n: c.speed_mbps for n, c in config.nics.items() if c.speed_mbps}),
+        DiskstatsCollector(), BlockCollector(), VmstatCollector(),
         MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(),
         ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
         LoadgenCollector(config.loadgen.stats_dir),
@@ -68,7 +69,7 @@ def admin_collector(config: Config) -> Collector:
     from kdiag.collectors.kafka_admin import KafkaAdminCollector
 
     return KafkaAdminCollector(config.kafka.bootstrap_servers, config.kafka.timeout, config.kafka.max_partition_series,
-                               config.kafka.client_settings)
+                               config.kafka.client_settings, config.kafka.expected_brokers)
 
 
 def jmx_collector(config: Config) -> Collector:

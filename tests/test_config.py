@@ -169,6 +169,8 @@ def numeric_keys(cls: type, prefix: str = "") -> dict[str, object]:
         tp, default = typing.get_type_hints(cls)[f.name], getattr(cls(), f.name)
         if dataclasses.is_dataclass(tp):
             out.update(numeric_keys(tp, f"{prefix}{f.name}."))
+        elif typing.get_origin(tp) is dict and dataclasses.is_dataclass(item := typing.get_args(tp)[1]):
+            out.update(numeric_keys(item, f"{prefix}{f.name}.*."))  # every key of the mapping shares the ranges
         elif (typing.get_args(tp) or (tp,))[0] in NUMBERS:  # a number or a list of numbers
             out[prefix + f.name] = default
     return out
@@ -190,6 +192,9 @@ def test_every_numeric_key_has_a_range_that_holds_its_default():
     ("interval: 0s\n", "interval: 0.0 is out of range (expected from 0.1s to 3600s)"),
     ("interval: " + "9" * 400 + "\n", "interval: inf is out of range (expected from 0.1s to 3600s)"),
     ("signal_window: 0\n", "signal_window: 0.0 is out of range (expected from 1s to 3600s)"),
+    ("nics:\n  eth0:\n    speed_mbps: -1\n", "nics.eth0.speed_mbps: -1 is out of range (expected from 0 to 1e+07)"),
+    ("nics:\n  eth0:\n    speed: 1\n", "nics.eth0.speed: unknown key (expected one of speed_mbps)"),
+    ("kafka:\n  expected_brokers: [1, -2]\n", "kafka.expected_brokers[1]: -2 is out of range (expected from 0 to 2.14748e+09)"),
     ("probe:\n  latency_buckets: [.nan, 1]\n", "probe.latency_buckets[0]: nan is out of range (expected from 0.0001 to 86400)"),
     ("probe:\n  sla: -.inf\n", "probe.sla: -inf is out of range (expected from 0.1 to 3600)"),
     ("processes:\n  top_n: 1.0e+20\n", "processes.top_n: expected an integer, got 1e+20"),

@@ -50,6 +50,7 @@ HELP = {
     "kdiag_kafka_controller_id": "Node id of the active controller.",
     "kdiag_kafka_brokers": "Number of brokers in the cluster.",
     "kdiag_kafka_broker_info": "Broker address and rack (always 1).",
+    "kdiag_kafka_broker_expected": "A broker kafka.expected_brokers says should be live (always 1).",
     "kdiag_kafka_broker_leaders": "Partitions of non-internal topics led by the broker.",
     "kdiag_kafka_broker_replicas": "Replicas of non-internal topics hosted by the broker.",
     "kdiag_kafka_broker_config": "Numeric broker config value (booleans as 0/1; Long.MAX_VALUE means not set).",
@@ -363,8 +364,9 @@ class KafkaAdminCollector:
     help = HELP
 
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
-                 settings: ClientSettings | None = None):
+                 settings: ClientSettings | None = None, expected_brokers: list[int] | None = None):
         self.bootstrap_servers = bootstrap_servers
+        self.expected_brokers = expected_brokers or []
         self.timeout = timeout
         self.max_partition_series = max_partition_series
         self.settings = settings or ClientSettings()
@@ -409,5 +411,6 @@ class KafkaAdminCollector:
         return state
 
     def collect(self, root: Root) -> list[Sample]:
-        """Samples of the admin state, fetched live or read from the recording."""
-        return samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series)
+        """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
+        samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series)
+        return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
