@@ -15,6 +15,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -24,6 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kdiag.config import ConfigError
+from kdiag.java_security import translate
+from kdiag.kafka_client import ClientSettings, ErrorLog, is_secret
+
+CONFIG_HELP = "kdiag's YAML config: its kafka.bootstrap_servers and kafka.client settings (Java props win)"
 STATS_VERSION = 1
 SYSTEM_STATS_DIR = "/run/kdiag/loadgen"
 QUANTILES = (0.5, 0.95, 0.99, 0.999)
@@ -43,12 +49,11 @@ RENAMED = {
     "fetch.max.wait.ms": "fetch.wait.max.ms",
 }
 KILOBYTES = {"buffer.memory": "queue.buffering.max.kbytes"}
-# Java-client settings librdkafka has no counterpart for: warned about and dropped.
+# Java-client settings librdkafka has no counterpart for: warned about and dropped (security ones: java_security.py).
 JAVA_ONLY = {
     "key.serializer", "value.serializer", "key.deserializer", "value.deserializer", "partitioner.class",
     "partitioner.ignore.keys", "interceptor.classes", "max.block.ms", "metric.reporters", "metrics.num.samples",
-    "metrics.sample.window.ms", "metrics.recording.level", "sasl.jaas.config", "ssl.truststore.location",
-    "ssl.truststore.password", "ssl.truststore.type", "ssl.keystore.type", "max.poll.records",
+    "metrics.sample.window.ms", "metrics.recording.level", "max.poll.records", "ssl.protocol", "ssl.enabled.protocols",
     "max.poll.interval.ms", "exclude.internal.topics", "default.api.timeout.ms", "client.dns.lookup",
 }
 
@@ -145,7 +150,8 @@ def parse_props(items: list[str]) -> dict[str, str]:
 def parse_properties_file(text: str) -> dict[str, str]:
     """A Java .properties file's `k=v` / `k: v` lines (comments and blank lines skipped)."""
     props = {}
-    for line in text.splitlines():
+    # A line ending in a backslash goes on (multi-line sasl.jaas.config values are written that way).
+    for line in re.sub(r"\\\n[ \t]*", "", text).splitlines():
         line = line.strip()
         if not line or line[0] in "#!":
             continue
@@ -158,14 +164,14 @@ def parse_properties_file(text: str) -> dict[str, str]:
 
 
 def map_java_props(props: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Java client properties as librdkafka properties, with a warning for each one dropped."""
-    out: dict[str, str] = {}
+    """Java client properties as librdkafka properties, with a warning for each one dropped; JavaPropError if refused."""
+    out, props = translate(props)
     warnings = []
     for key, value in props.items():
         if key in KILOBYTES:
             out[KILOBYTES[key]] = str(max(1, int(value) // 1024))
         elif key in JAVA_ONLY:
-            warnings.append(f"ignoring Java-only property {key}={value} (librdkafka has no equivalent)")
+            warnings.append(f"ignoring Java-only property {key} (librdkafka has no equivalent)")
         else:
             out[RENAMED.get(key, key)] = value
     return out, warnings
@@ -176,14 +182,27 @@ def warn(message: str) -> None:
     print(f"kdiag bench: {message}", file=sys.stderr, flush=True)
 
 
-def client_conf(config_file: str | None, props: list[str] | None) -> dict[str, Any]:
-    """librdkafka properties from a Java --*.config file and --*-props k=v pairs (which win), warning of dropped ones."""
+def client_conf(config_file: str | None, props: list[str] | None, kdiag_config: str | None = None) -> dict[str, Any]:
+    """librdkafka properties: kdiag's kafka.client and bootstrap servers (--config), then a Java --*.config file, then
+    --*-props k=v pairs; dropped ones are warned about. ConfigError or ValueError on what cannot be used."""
+    conf: dict[str, Any] = {}
+    if kdiag_config:
+        from kdiag.config import load_config
+
+        kafka = load_config(kdiag_config).kafka
+        conf = {**kafka.client_settings.props, "bootstrap.servers": kafka.bootstrap_servers}
     java = parse_properties_file(Path(config_file).read_text()) if config_file else {}
     java.update(parse_props(props or []))
-    conf, warnings = map_java_props(java)
+    mapped, warnings = map_java_props(java)
     for w in warnings:
         warn(w)
-    return conf
+    return {**conf, **mapped}
+
+
+def error_log(conf: dict[str, Any]) -> ErrorLog:
+    """An ErrorLog for a bench client: refusals name the librdkafka property to check."""
+    props = {k: str(v) for k, v in conf.items() if isinstance(v, str | int | float)}
+    return ErrorLog(ClientSettings(props, {k: k for k in props}, prefix=""), str(conf.get("bootstrap.servers", "")))
 
 
 def make_client(cls: Callable[[dict], Any], conf: dict[str, Any], warn: Callable[[str], None]) -> Any:
@@ -199,7 +218,9 @@ def make_client(cls: Callable[[dict], Any], conf: dict[str, Any], warn: Callable
             unknown = next((k for k in conf if f'"{k}"' in message and "No such configuration property" in message), None)
             if unknown is None:
                 raise
-            warn(f"ignoring unknown property {unknown}={conf.pop(unknown)}")
+            # Never the value: a misspelt password property would print the password.
+            conf.pop(unknown)
+            warn(f"ignoring unknown property {unknown}")
 
 
 # ---- live statistics --------------------------------------------------------------------------------------------
@@ -391,10 +412,22 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
         last_stats.update(librdkafka_summary(json.loads(text), job.topic))
 
     callback = delivered_sized if job.payloads else delivered
-    producer = make_client(Producer, {**job.conf, "stats_cb": on_stats, "statistics.interval.ms": 1000}, warn)
+    refusals = error_log(job.conf)
+    producer = make_client(Producer, {**job.conf, "stats_cb": on_stats, "statistics.interval.ms": 1000,
+                                      "error_cb": refusals.record, "logger": refusals}, warn)
+
+    def refused() -> bool:
+        """Whether the cluster refuses us (credentials, TLS): then say why once and drop what waits."""
+        # Records would wait out message.timeout.ms (5 min) for a cluster that will never let us in.
+        reason = refusals.refusal() if not totals["acked"] and not totals["refused"] else ""
+        if reason:
+            warn(reason)
+            totals["refused"] = 1
+            producer.purge()
+        return bool(totals["refused"])
     stats_file = StatsFile(job.stats_dir) if job.stats_dir else None
     started = time.time()
-    totals = {"sent": 0, "acked": 0, "failed": 0, "bytes": 0}
+    totals = {"sent": 0, "acked": 0, "failed": 0, "bytes": 0, "refused": 0}
     seen = 0
     recent: list[float] = []
 
@@ -405,7 +438,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
         nbytes = sum(sizes) if job.payloads else len(got) * len(job.payload or b"")
         del sizes[:]
         failed = len(errors)
-        if errors and not totals["failed"]:
+        if errors and not totals["failed"] and not totals["refused"]:  # a refusal was said already
             warn(f"delivery failed: {errors[0]}")
         del errors[:]
         first = (-seen) % job.sampling
@@ -451,6 +484,8 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
                 # A full local queue: keep the records that did not fit (marked _error) and wait for acks.
                 batch = [m for m in batch if m.pop("_error", None) is not None]
                 poll(0.01)
+                if refused():
+                    return summary_metrics(last_stats, os.getpid())
                 queued = produce_batch(job.topic, batch, on_delivery=callback)
             sent += size
             totals["sent"] = sent
@@ -458,6 +493,8 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
             now = time.monotonic()
             if now - last_report >= REPORT_SECONDS:
                 flush_report()
+                if refused():
+                    break
                 last_report = now
                 if stats_file and now - last_file >= STATS_FILE_SECONDS:
                     write_stats(time.time())
@@ -471,6 +508,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
     finally:
         while len(producer) and producer.flush(0.5):
             flush_report()
+            refused()
         flush_report()
         if stats_file:
             stats_file.remove()
@@ -543,14 +581,14 @@ def cmd_produce(args: argparse.Namespace) -> int:
         warn("--transactional-id is not supported (transactions are not benchmarked)")
         return 2
     try:
-        conf = client_conf(args.producer_config, args.producer_props)
-    except (OSError, ValueError) as e:
+        conf = client_conf(args.producer_config, args.producer_props, args.config)
+    except (OSError, ValueError, ConfigError) as e:
         warn(str(e))
         return 2
     if args.bootstrap_server:
         conf["bootstrap.servers"] = args.bootstrap_server
-    if "bootstrap.servers" not in conf:
-        warn("give --bootstrap-server or bootstrap.servers in --producer-props/--producer.config")
+    if not conf.get("bootstrap.servers"):
+        warn("give --bootstrap-server, bootstrap.servers in --producer-props/--producer.config, or --config")
         return 2
     conf.setdefault("client.id", "perf-producer-client")
     payloads: list[bytes] = []
@@ -579,7 +617,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         print("\n".join(metrics_lines(metrics)), file=out, flush=True)
     if args.json:
         print(json.dumps({**summary, "topic": args.topic, "processes": n, "record_size": args.record_size,
-                          "config": {k: v for k, v in conf.items() if "password" not in k}}), flush=True)
+                          "config": {k: v for k, v in conf.items() if not is_secret(k)}}), flush=True)
     return 0 if stats.count else 1
 
 
@@ -605,13 +643,17 @@ def cmd_consume(args: argparse.Namespace) -> int:
     if args.threads:
         warn("--threads is ignored (one consumer, as in Kafka's ConsumerPerformance)")
     try:
-        conf = client_conf(args.consumer_config, args.consumer_props)
-    except (OSError, ValueError) as e:
+        conf = client_conf(args.consumer_config, args.consumer_props, args.config)
+    except (OSError, ValueError, ConfigError) as e:
         warn(str(e))
+        return 2
+    if args.bootstrap_server:
+        conf["bootstrap.servers"] = args.bootstrap_server
+    if not conf.get("bootstrap.servers"):
+        warn("give --bootstrap-server, or --config with kafka.bootstrap_servers")
         return 2
     last_stats: dict[str, Any] = {}
     conf.update({
-        "bootstrap.servers": args.bootstrap_server,
         "group.id": args.group or conf.get("group.id") or f"perf-consumer-{random.randrange(100000)}",
         "auto.offset.reset": "latest" if args.from_latest else "earliest",
         "max.partition.fetch.bytes": args.fetch_size,
@@ -620,7 +662,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
     conf.setdefault("client.id", "perf-consumer-client")
     if args.print_metrics:
         conf.update({"statistics.interval.ms": 1000, "stats_cb": lambda text: last_stats.update(json.loads(text))})
-    consumer = make_client(Consumer, conf, warn)
+    errors = error_log(conf)
+    consumer = make_client(Consumer, {**conf, "error_cb": errors.record, "logger": errors}, warn)
     detailed = args.show_detailed_stats
     if not args.hide_header:
         print(consumer_header(detailed), flush=True)
@@ -647,6 +690,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             now = now_ms()
             if messages:
                 last_consumed = now
+            elif not count and errors.refusal():
+                warn(errors.refusal())
+                break
             for m in messages:
                 if m.error() is None:
                     count += 1
@@ -690,6 +736,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--producer.config", "--command-config", dest="producer_config", metavar="CONFIG-FILE",
                    help="producer properties file")
     p.add_argument("--bootstrap-server", help="the server(s) to connect to; overrides bootstrap.servers")
+    p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--print-metrics", action="store_true", help="print the librdkafka metrics at the end")
     p.add_argument("--transactional-id", help="not supported: transactions are not benchmarked")
     p.add_argument("--reporting-interval", type=int, default=5000, metavar="INTERVAL-MS",
@@ -702,7 +749,7 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser("consume", help="kafka-consumer-perf-test: consume records, print throughput")
-    p.add_argument("--bootstrap-server", "--broker-list", required=True, help="the server(s) to connect to")
+    p.add_argument("--bootstrap-server", "--broker-list", help="the server(s) to connect to (default: --config's)")
     p.add_argument("--topic", required=True, help="the topic to consume from")
     p.add_argument("--messages", "--num-records", type=int, required=True, help="number of records to consume")
     p.add_argument("--threads", type=int, help="ignored, as in Kafka's ConsumerPerformance")
@@ -712,6 +759,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--socket-buffer-size", type=int, default=2097152, help="TCP receive buffer size")
     p.add_argument("--from-latest", action="store_true", help="without a committed offset, start at the end of the log")
     p.add_argument("--consumer.config", "--command-config", dest="consumer_config", help="consumer properties file")
+    p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--command-property", dest="consumer_props", nargs="+", metavar="PROP-NAME=PROP-VALUE",
                    help="consumer properties (Java names; mapped to librdkafka)")
     p.add_argument("--print-metrics", action="store_true", help="print the librdkafka metrics at the end")

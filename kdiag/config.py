@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import re
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from kdiag import yamlsafe
 from kdiag.engine import parse_duration
 from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_settings
+from kdiag.kafka_client import ClientConfigError, ClientSettings
 from kdiag.probe import ProbeConfig
+from kdiag.quote import cut, quote
 
 
 class ConfigError(Exception):
@@ -20,6 +25,33 @@ class ConfigError(Exception):
 
 
 Duration = typing.NewType("Duration", float)
+MAX_TEXT = 4096  # PATH_MAX: no config string (path, address, URL, name) needs more
+
+# The range of every number in the config, by key path (a list's items share the list's range); durations in seconds.
+# A new numeric key needs an entry here: tests/test_config.py fails for one without.
+LIMITS: dict[str, tuple[float, float]] = {
+    "interval": (0.1, 3600),
+    "history": (10, 86400),
+    "signal_window": (1, 3600),
+    "collector_timeout": (0.5, 600),
+    "processes.top_n": (0, 1000),
+    "kafka.interval": (0.5, 3600),
+    "kafka.jmx_interval": (0.5, 3600),
+    "kafka.timeout": (0.1, 300),
+    "kafka.max_partition_series": (0, 1_000_000),
+    "kafka.expected_brokers": (0, 2**31 - 1),
+    "nics.*.speed_mbps": (0, 10_000_000),
+    "probe.interval": (0.01, 3600),
+    "probe.replication_factor": (0, 32767),
+    "probe.partitions_per_broker": (1, 1000),
+    "probe.sla": (0.1, 3600),
+    "probe.availability_window": (1, 86400),
+    "probe.reconcile_interval": (1, 86400),
+    "probe.latency_buckets": (0.0001, 86400),
+    "probe.slo_seconds": (0.001, 3600),
+    "alertmanager.resend_interval": (1, 86400),
+    "alertmanager.timeout": (0.1, 300),
+}
 
 
 @dataclass
@@ -32,6 +64,14 @@ class ProcessesConfig:
 
 
 @dataclass
+class NicConfig:
+    """What kdiag cannot read from a NIC itself."""
+
+    # Link speed for NICs that report none (virtio, some bonds: /sys/class/net/IF/speed is -1); 0: as reported.
+    speed_mbps: int = 0
+
+
+@dataclass
 class KafkaConfig:
     """How to reach the cluster; empty bootstrap_servers turns the Kafka collectors off."""
 
@@ -41,8 +81,35 @@ class KafkaConfig:
     jmx_interval: Duration = Duration(30.0)
     timeout: Duration = Duration(10.0)
     max_partition_series: int = 2000
+    # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
+    expected_brokers: list[int] = field(default_factory=list)
     # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the `kdiag lab` jars.
     jmx_classpath: str = ""
+    # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
+    client: dict[str, Any] = field(default_factory=dict, repr=False)
+    jmx_username: str = ""
+    jmx_password_file: str = ""
+    jmx_ssl: bool = False
+    jmx_truststore: str = ""
+    jmx_truststore_password_file: str = ""
+
+    @functools.cached_property
+    def client_settings(self) -> ClientSettings:
+        """kafka.client with its files read and ${VAR}s expanded; ClientConfigError names a bad key."""
+        return ClientSettings.resolve(self.client)
+
+    def validate(self) -> None:
+        """Client settings librdkafka accepts, and JMX credential files that can be read."""
+        try:
+            self.client_settings.check()
+        except ClientConfigError as e:
+            raise ConfigError(str(e)) from None
+        if self.jmx_username and not self.jmx_password_file:
+            raise ConfigError("kafka.jmx_username: set kafka.jmx_password_file too")
+        for name in ("jmx_password_file", "jmx_truststore", "jmx_truststore_password_file"):
+            path = getattr(self, name)
+            if path and not os.access(path, os.R_OK):
+                raise ConfigError(f"kafka.{name}: cannot read {path}")
 
 
 @dataclass
@@ -87,27 +154,24 @@ class Config:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
+    nics: dict[str, NicConfig] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Cross-field checks that types alone cannot express."""
         _host, _, port = self.listen.rpartition(":")
         if not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"listen: '{self.listen}' is not host:port")
-        for name in ("interval", "history", "signal_window", "collector_timeout"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}: must be positive")
+            raise ConfigError(f"listen: {quote(self.listen)} is not host:port")
         if self.history < 10 * self.interval:
             raise ConfigError("history: must hold at least 10 intervals")
-        if self.processes.top_n < 0:
-            raise ConfigError("processes.top_n: must be 0 or more")
         if self.processes.cmdline not in ("redacted", "off", "full"):
-            raise ConfigError(f"processes.cmdline: '{self.processes.cmdline}' is not redacted, off or full")
+            raise ConfigError(f"processes.cmdline: {quote(self.processes.cmdline)} is not redacted, off or full")
         try:
             self.probe.validate()
         except ValueError as e:
             raise ConfigError(f"probe.{e}") from None
         if self.kafka.jmx and not self.kafka.bootstrap_servers:
             raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
+        self.kafka.validate()
         am = self.alertmanager
         if am.url:
             try:
@@ -122,24 +186,51 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         return _build(tp, value, path)
     if tp is Duration:
         try:
-            return Duration(parse_duration(value))
+            return _in_range(Duration(parse_duration(value)), path, "s")
         except ValueError as e:
             raise ConfigError(f"{path}: {e}") from None
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+        for key in value:
+            if not isinstance(key, str) or not 0 < len(key) <= 200:
+                raise ConfigError(f"{path}: key {quote(key, 40)} is not a property name")
+        item = typing.get_args(tp)[1]
+        if item is Any:
+            return dict(value)
+        return {k: _convert(item, v, f"{path}.{k}") for k, v in value.items()}
     if origin is list:
         if not isinstance(value, list):
             raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
         (item,) = typing.get_args(tp)
         return [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
-    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{path}: expected an integer, got {value!r}")
-    if tp is str and not isinstance(value, str):
-        raise ConfigError(f"{path}: expected a string, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {quote(value)}")
+        return _in_range(value, path)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {quote(value)}")
+        if len(value) > MAX_TEXT:
+            raise ConfigError(f"{path}: {quote(value, 40)} is {len(value)} characters long (at most {MAX_TEXT})")
     if tp is bool and not isinstance(value, bool):
-        raise ConfigError(f"{path}: expected true or false, got {value!r}")
+        raise ConfigError(f"{path}: expected true or false, got {quote(value)}")
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{path}: expected a number, got {value!r}")
-        return float(value)
+            raise ConfigError(f"{path}: expected a number, got {quote(value)}")
+        return _in_range(float(value), path)
+    return value
+
+
+def _in_range(value: float, path: str, unit: str = "") -> Any:
+    """value, if inside the key's LIMITS (NaN never is), or at least finite for a key without limits."""
+    key = re.sub(r"\[\d+\]$", "", path)
+    # A mapping's own keys (nics.eth0.speed_mbps) share one range (nics.*.speed_mbps).
+    limits = LIMITS.get(key) or LIMITS.get(re.sub(r"\.[^.]+\.([^.]+)$", r".*.\1", key))
+    low, high = limits or (-sys.float_info.max, sys.float_info.max)
+    if not low <= value <= high:
+        expected = f"from {low:g}{unit} to {high:g}{unit}" if limits else "a finite number"
+        raise ConfigError(f"{path}: {quote(value)} is out of range (expected {expected})")
     return value
 
 
@@ -151,7 +242,7 @@ def _build(cls: type, data: Any, path: str) -> Any:
     for key in data:
         if key not in names:
             where = f"{path}.{key}" if path else str(key)
-            raise ConfigError(f"{where}: unknown key (expected one of {', '.join(sorted(names))})")
+            raise ConfigError(f"{cut(where)}: unknown key (expected one of {', '.join(sorted(names))})")
     kwargs = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
     return cls(**kwargs)
 
@@ -161,12 +252,9 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     data: dict[str, Any] = {}
     if path:
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError(f"{path}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: {e}") from None
-        data = loaded or {}
+            data = yamlsafe.load(path) or {}
+        except yamlsafe.YamlError as e:
+            raise ConfigError(str(e)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the config file is a YAML mapping")
     for dotted, value in (overrides or {}).items():

@@ -56,7 +56,8 @@ def host_collectors(config: Config) -> list[Collector]:
     """One collector per /proc or /sys source."""
     return [
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
-        NetstatCollector(), NetclassCollector(), DiskstatsCollector(), BlockCollector(), VmstatCollector(),
+        NetstatCollector(), NetclassCollector({n: c.speed_mbps for n, c in config.nics.items() if c.speed_mbps}),
+        DiskstatsCollector(), BlockCollector(), VmstatCollector(),
         MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(),
         ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
         LoadgenCollector(config.loadgen.stats_dir),
@@ -67,14 +68,17 @@ def admin_collector(config: Config) -> Collector:
     """The AdminClient collector; with no bootstrap servers it can only replay recordings."""
     from kdiag.collectors.kafka_admin import KafkaAdminCollector
 
-    return KafkaAdminCollector(config.kafka.bootstrap_servers, config.kafka.timeout, config.kafka.max_partition_series)
+    return KafkaAdminCollector(config.kafka.bootstrap_servers, config.kafka.timeout, config.kafka.max_partition_series,
+                               config.kafka.client_settings, config.kafka.expected_brokers)
 
 
 def jmx_collector(config: Config) -> Collector:
     """The broker JMX collector (imported only when used: it drives a JVM)."""
+    from kdiag.collectors.jmx_auth import JmxAuth
     from kdiag.collectors.kafka_jmx import KafkaJmxCollector
 
-    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout, classpath=config.kafka.jmx_classpath or None)
+    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout, classpath=config.kafka.jmx_classpath or None,
+                             auth=JmxAuth.from_config(config.kafka))
 
 
 KAFKA_SOURCES = {"admin": admin_collector, "jmx": jmx_collector}
@@ -183,7 +187,7 @@ class Daemon:
         self.probe = None
         self._probe_last_ok: float | None = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
-            self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host)
+            self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alertmanager import AlertPusher

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 import cel
 import yaml
 
+from kdiag import yamlsafe
+from kdiag.quote import cut, quote
 from kdiag.signals import SUBJECT_KINDS, Signals
 
 log = logging.getLogger(__name__)
@@ -20,6 +23,12 @@ SEVERITIES = ("info", "warning", "critical")
 RULE_KEYS = {"id", "kind", "severity", "each", "when", "for", "summary", "evidence", "explains",
              "remediation", "source"}
 REQUIRED_KEYS = ("id", "kind", "severity", "each", "when", "summary", "remediation", "source")
+TEXT_KEYS = REQUIRED_KEYS
+LIST_KEYS = ("evidence", "explains")
+# The longest shipped condition is ~200 characters; the CEL library crashes the process (SIGSEGV) compiling
+# ~100 KB of `1 + 1 + ...`, and 4096 characters of every nesting tried compile and run in a thread.
+MAX_WHEN = 4096
+MAX_FOR = 86400.0
 # `it` is the subject a rule runs for; `host` and `cluster` are always there for cross-references.
 GLOBAL_SUBJECTS = ("host", "cluster")
 REFERENCE = re.compile(r"\b([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)")
@@ -35,15 +44,17 @@ def default_rules_dir() -> Path:
 
 
 def parse_duration(text: str | float) -> float:
-    """Seconds in '20s', '1m', '500ms', '2h' or a bare number of seconds."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a duration like 30s, 5m or 500ms")
-    if isinstance(text, int | float):
-        return float(text)
-    m = DURATION.match(str(text).strip())
-    if not m:
-        raise ValueError(f"'{text}' is not a duration like 30s, 5m or 500ms")
-    return float(m.group(1)) * DURATION_UNITS[m.group(2) or "s"]
+    """Seconds in '20s', '1m', '500ms', '2h' or a bare number of seconds (callers check the range)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        number, unit = text, "s"
+    elif isinstance(text, str) and (m := DURATION.match(text.strip())):
+        number, unit = m.group(1), m.group(2) or "s"
+    else:
+        raise ValueError(f"{quote(text)} is not a duration like 30s, 5m or 500ms")
+    try:
+        return float(number) * DURATION_UNITS[unit]
+    except OverflowError:  # an integer beyond float: outside every range
+        return math.inf
 
 
 @dataclass
@@ -57,8 +68,8 @@ class RuleError:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}:{self.column}"
-        return f"{where}: rule '{self.rule}': {self.message}" if self.rule else f"{where}: {self.message}"
+        where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
+        return f"{where}: rule {quote(self.rule)}: {self.message}" if self.rule else f"{where}: {self.message}"
 
 
 class CatalogError(Exception):
@@ -138,14 +149,11 @@ class _Loader:
 
     def load(self) -> list[Rule]:
         try:
-            text = self.path.read_text(encoding="utf-8")
-            self.lines = text.splitlines()
-            root = yaml.compose(text)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            self.errors.append(RuleError(str(self.path), mark.line + 1 if mark else 0,
-                                         mark.column + 1 if mark else 0, "", f"YAML: {e}"))
+            text, root = yamlsafe.compose(self.path)
+        except yamlsafe.YamlError as e:
+            self.errors.append(RuleError(e.path, e.line, e.column, "", e.message))
             return []
+        self.lines = text.splitlines()
         if root is None:
             return []
         if not isinstance(root, yaml.SequenceNode):
@@ -157,40 +165,61 @@ class _Loader:
         if not isinstance(node, yaml.MappingNode):
             self.error(node, "", "each rule is a mapping with id, kind, severity, each, when, ...")
             return None
+        try:
+            data = yamlsafe.construct(node, self.path)
+        except yamlsafe.YamlError as e:  # e.g. a list as a key
+            self.errors.append(RuleError(e.path, e.line, e.column, "", e.message))
+            return None
         nodes = {k.value: v for k, v in node.value}
-        data = yaml.safe_load(yaml.serialize(node))
-        rid = str(data.get("id", ""))
+        rid = data["id"] if isinstance(data.get("id"), str) else ""
         before = len(self.errors)
         for key, _ in node.value:
             if key.value not in RULE_KEYS:
-                self.error(key, rid, f"unknown key '{key.value}' (expected one of {', '.join(sorted(RULE_KEYS))})")
+                self.error(key, rid, f"unknown key {quote(key.value)} (expected one of {', '.join(sorted(RULE_KEYS))})")
         for key in REQUIRED_KEYS:
             if key not in data:
                 self.error(node, rid, f"missing key '{key}'")
         if len(self.errors) > before:
             return None
+        self.check_types(data, nodes, rid)
+        if len(self.errors) > before:
+            return None
         for key, allowed in (("kind", KINDS), ("severity", SEVERITIES), ("each", tuple(SUBJECT_KINDS))):
             if data[key] not in allowed:
-                self.error(nodes[key], rid, f"{key} '{data[key]}' is not one of {', '.join(allowed)}")
+                self.error(nodes[key], rid, f"{key} {quote(data[key])} is not one of {', '.join(allowed)}")
         try:
             for_seconds = parse_duration(data.get("for", 0))
+            if not 0 <= for_seconds <= MAX_FOR:  # also false for NaN
+                raise ValueError(f"{quote(data['for'])} is out of range (expected from 0s to {MAX_FOR:g}s)")
         except ValueError as e:
-            self.error(nodes["for"], rid, str(e))
+            self.error(nodes["for"], rid, f"for: {e}")
             for_seconds = 0.0
         if len(self.errors) > before:
             return None
-        program = self.condition(nodes["when"], rid, data["each"], str(data["when"]))
+        program = self.condition(nodes["when"], rid, data["each"], data["when"])
         evidence = self.evidence(nodes.get("evidence"), rid, data["each"], data.get("evidence") or [])
         for var, name, offset in ((m.group(1), m.group(2), m.start()) for m in TEMPLATE_FIELD.finditer(data["summary"])):
             if problem := check_reference(data["each"], var, name):
                 self.error(nodes["summary"], rid, f"summary: {problem}", offset)
         if len(self.errors) > before:
             return None
-        return Rule(id=rid, kind=data["kind"], severity=data["severity"], each=data["each"], when=str(data["when"]),
-                    program=program, summary=str(data["summary"]), remediation=str(data["remediation"]).strip(),
-                    source=str(data["source"]), for_seconds=for_seconds, evidence=evidence,
-                    explains=[str(x) for x in data.get("explains") or []], file=str(self.path),
+        return Rule(id=rid, kind=data["kind"], severity=data["severity"], each=data["each"], when=data["when"],
+                    program=program, summary=data["summary"], remediation=data["remediation"].strip(),
+                    source=data["source"], for_seconds=for_seconds, evidence=evidence,
+                    explains=data.get("explains") or [], file=str(self.path),
                     line=node.start_mark.line + 1)
+
+    def check_types(self, data: dict, nodes: dict[str, yaml.Node], rid: str) -> None:
+        """Text where text is expected, lists of text for evidence and explains, a bounded condition."""
+        for key in TEXT_KEYS:
+            if not isinstance(data[key], str):
+                self.error(nodes[key], rid, f"{key}: expected text, got {quote(data[key])}")
+        for key in LIST_KEYS:
+            value = data.get(key)
+            if value is not None and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
+                self.error(nodes[key], rid, f"{key}: expected a list of text, got {quote(value)}")
+        if isinstance(data["when"], str) and len(data["when"]) > MAX_WHEN:
+            self.error(nodes["when"], rid, f"when: {len(data['when'])} characters, more than {MAX_WHEN}")
 
     def condition(self, node: yaml.Node, rid: str, each: str, expression: str) -> Any:
         try:
@@ -199,7 +228,7 @@ class _Loader:
             m = re.search(r"<input>:(\d+):(\d+): (.*)", str(e))
             line, col, msg = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (1, 1, str(e))
             offset = sum(len(x) + 1 for x in expression.split("\n")[: line - 1]) + col - 1
-            self.error(node, rid, f"when: CEL {msg}", offset)
+            self.error(node, rid, f"when: CEL {cut(msg, 200)}", offset)
             return None
         for var in program.variables():
             if var not in ("it", *GLOBAL_SUBJECTS):
@@ -213,7 +242,7 @@ class _Loader:
         out = []
         for item in items:
             var, _, name = str(item).partition(".")
-            problem = check_reference(each, var, name) if name else f"evidence '{item}' is not it.<signal>"
+            problem = check_reference(each, var, name) if name else f"evidence {quote(item)} is not it.<signal>"
             if problem:
                 self.error(node, rid, f"evidence: {problem}")
             else:
@@ -239,7 +268,7 @@ def load_catalog(paths: list[Path]) -> list[Rule]:
     for r in rules:
         for target in r.explains:
             if target not in ids:
-                errors.append(RuleError(r.file, r.line, 1, r.id, f"explains unknown rule '{target}'"))
+                errors.append(RuleError(r.file, r.line, 1, r.id, f"explains unknown rule {quote(target)}"))
     if not files:
         errors.append(RuleError(", ".join(map(str, paths)), 0, 0, "", "no rule files (*.yaml) found"))
     if errors:

@@ -13,6 +13,7 @@ from kdiag import __version__
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 
+MAX_REASON = 300
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
 
 
@@ -62,8 +63,12 @@ class StateCollector:
         duration = Metric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}", "gauge")
         last = Metric("kdiag_collector_last_success_timestamp_seconds",
                       f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
+        error = Metric("kdiag_collector_last_error_info", "why the collector is failing now (always 1; absent while it works)",
+                       "gauge")
         for name, h in sorted(self.state.health.items()):
             success.add_sample("kdiag_collector_success", {"collector": name}, float(h.success))
+            if not h.success and h.error:
+                error.add_sample("kdiag_collector_last_error_info", {"collector": name, "reason": h.error[:MAX_REASON]}, 1.0)
             duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
             if h.last_success is not None:
                 last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
@@ -72,7 +77,7 @@ class StateCollector:
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
         info = Metric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
-        return [success, duration, last, cycle, info]
+        return [success, duration, last, error, cycle, info]
 
     def _diagnoses(self):
         active = Metric("kdiag_diagnosis_active",
@@ -86,6 +91,12 @@ class StateCollector:
                     evidence.add_sample("kdiag_diagnosis_evidence",
                                         {"rule": d.rule.id, "subject": d.subject, "signal": signal}, value)
         return [active, evidence]
+
+
+def failing_lines(state: State) -> bytes:
+    """One line per failing collector with its reason, for /healthz."""
+    return "".join(f"{name}: {h.error[:MAX_REASON]}\n" for name, h in sorted(state.health.items())
+                   if not h.success and h.error).encode()
 
 
 def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
@@ -104,6 +115,7 @@ class Published:
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
+        self.failing = b""
         self.ready = False
         # /healthz turns 503 when no cycle completed for this long.
         self.stale_after = stale_after
@@ -114,13 +126,14 @@ class Published:
         metrics = render_metrics(state, help_text)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
+        self.failing = failing_lines(state)
         self.ready = True
         self.completed = time.monotonic()
 
     def health(self) -> tuple[int, bytes]:
-        """The /healthz status and text: 200 while cycles complete, 503 before the first and once they stall."""
+        """/healthz: 200, "ok" and the failing collectors with why while cycles complete; 503 before the first or once stalled."""
         age = time.monotonic() - self.completed
         if age > self.stale_after:
             what = f"the last cycle completed {age:.0f}s ago" if self.ready else f"no cycle completed in {age:.0f}s"
             return 503, f"stale: {what}\n".encode()
-        return (200, b"ok\n") if self.ready else (503, b"starting\n")
+        return (200, b"ok\n" + self.failing) if self.ready else (503, b"starting\n")

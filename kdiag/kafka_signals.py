@@ -276,7 +276,7 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     "offline_partitions": "partitions without a leader over all topics",
     "log_flush_scheduler_interval_ms": "the smallest log.flush.scheduler.interval.ms of the brokers (flush.ms is only "
                                        "enforced when it is set)",
-    "expected_brokers": "brokers seen in the last 15 minutes of history",
+    "expected_brokers": "brokers in kafka.expected_brokers or seen in the last 15 minutes of history",
     "missing_brokers": "brokers seen in the last 15 minutes that the cluster no longer lists (down or fenced)",
     "missing_broker_ids": "ids of the missing brokers, comma-separated",
 })
@@ -288,6 +288,7 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
         return {}
 
     seen = {labels.get("broker_id", "") for labels, _ in history.recent_series("kdiag_kafka_broker_info")}
+    seen |= {b for (b,) in latest_by(history, "kdiag_kafka_broker_expected", "broker_id")}
     missing = seen - set(brokers)
     return {"cluster": put(
         {"name": "cluster"},

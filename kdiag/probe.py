@@ -32,9 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag import probe_topic
+from kdiag.kafka_client import ClientSettings, ErrorLog, retire
 from kdiag.probe_metrics import BrokerStats
 from kdiag.probe_sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe_topic import REQUEST_TIMEOUT, Topology
+from kdiag.quote import quote
 from kdiag.sample import GAUGE, Sample, sample
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ class ProbeConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be positive")
         if self.acks not in ("all", "-1", "0", "1"):
-            raise ValueError(f"acks: '{self.acks}' is not all, -1, 0 or 1")
+            raise ValueError(f"acks: {quote(self.acks)} is not all, -1, 0 or 1")
         if self.replication_factor < 0 or self.partitions_per_broker < 1:
             raise ValueError("replication_factor must be 0 or more and partitions_per_broker 1 or more")
         if not self.topic:
@@ -95,8 +97,10 @@ class _Backoff:
 class ProbeService:
     """The probe's threads and the metrics they keep; start() never raises, samples() is cheap."""
 
-    def __init__(self, bootstrap_servers: str, config: ProbeConfig, instance: str):
+    def __init__(self, bootstrap_servers: str, config: ProbeConfig, instance: str, settings: ClientSettings | None = None):
         self.bootstrap = bootstrap_servers
+        self.settings = settings or ClientSettings()
+        self.client_errors = ErrorLog(self.settings, bootstrap_servers)
         self.config = config
         self.instance = instance
         self.run_id = uuid.uuid4()
@@ -143,8 +147,11 @@ class ProbeService:
 
     def health(self) -> tuple[bool, str]:
         """Whether the probe is up, and what is wrong when it is not."""
+        refused = self.client_errors.refusal()  # outside the lock: explaining a TLS failure opens a connection
         with self._lock:
-            return self._up(), self._error()
+            up = self._up()
+            # The cluster refusing us (credentials, TLS) is what to fix, whatever each thread saw.
+            return up, refused if refused and not up else self._error()
 
     def _up(self) -> bool:
         return all(self._running.values()) and self._topology is not None and not self._errors["manager"]
@@ -179,7 +186,7 @@ class ProbeService:
                 self._errors[name] = ""
 
     def _failed(self, name: str, e: Exception) -> None:
-        message = f"{type(e).__name__}: {e}"
+        message = self.client_errors.refusal() or self.settings.redact(f"{type(e).__name__}: {e}")
         with self._lock:
             self._running[name] = False
             if not self._errors[name]:
@@ -187,16 +194,13 @@ class ProbeService:
             self._errors[name] = message
 
     def _client_config(self, **extra: Any) -> dict[str, Any]:
-        return {
+        return self.settings.conf({
             "bootstrap.servers": self.bootstrap,
             "client.id": f"kdiag-probe-{self.instance}",
             # Metadata lookups of a missing probe topic must not auto-create it with broker defaults.
             "allow.auto.create.topics": False,
-            # librdkafka logs every failed reconnect; the probe reports outages through its own metrics.
-            "log_level": 0,
-            "logger": logging.getLogger("kdiag.probe.librdkafka"),
             **extra,
-        }
+        }, self.client_errors)
 
     def _broker(self, broker: int) -> BrokerStats:
         stats = self._brokers.get(broker)
@@ -210,10 +214,17 @@ class ProbeService:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient(self._client_config())
+        try:
+            self._manage_with(admin, name, backoff)
+        finally:
+            retire(admin, 3 * REQUEST_TIMEOUT)
+
+    def _manage_with(self, admin, name: str, backoff: _Backoff) -> None:
         last_state = None
         next_due = 0.0
         reconcile_error = ""
         while not self._stopping.is_set():
+            admin.poll(0)  # serves error_cb and the log lines that tell why the cluster refuses us
             topology = probe_topic.describe(admin, self.config.topic, self._topology.leaders if self._topology else {})
             if topology is None:
                 probe_topic.create(admin, self.config.topic, self.config.replication_factor,
@@ -222,6 +233,7 @@ class ProbeService:
                 continue
             with self._lock:
                 self._topology = topology
+            self.client_errors.clear()
             self._ok(name)
             backoff.reset()
             state = (frozenset(topology.live), tuple(sorted((p, tuple(isr)) for p, isr in topology.isrs.items())))

@@ -85,7 +85,7 @@ def test_properties_file_and_unknown_props_are_dropped_with_a_warning() -> None:
     producer = bench.make_client(Producer, props, warnings.append)
     # The client is built from the accepted props (its queue length depends on whether a broker answers).
     assert isinstance(producer, Producer)
-    assert warnings == ["ignoring unknown property not.a.librdkafka.prop=1"]
+    assert warnings == ["ignoring unknown property not.a.librdkafka.prop"]
 
 
 STATE = {"version": 1, "processes": [{

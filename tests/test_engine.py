@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -310,3 +313,51 @@ def test_summary_with_unknown_signal_is_rejected(tmp_path):
 def test_evidence_with_unknown_signal_is_rejected(tmp_path):
     with pytest.raises(CatalogError, match=r"rule 'busy_nic': evidence: unknown signal 'it\.nope'"):
         rules_from(tmp_path, NIC_RULE.replace("evidence: [it.rx_packets_per_second,", "evidence: [it.nope,"))
+
+
+# --- every rule field has its type (issue 12, #5 and #8) -------------------------------------------------------------
+
+WRONG_TYPES = [
+    # (replace, with, error after "rules.yaml:")
+    ("when: it.rx_packets_per_second > 1000.0 && host.cpu_count >= 2.0", "when: 5",
+     "5:9: rule 'busy_nic': when: expected text, got 5"),
+    ("- id: busy_nic", "- id: [a, b]", "1:7: id: expected text, got ['a', 'b']"),
+    (NIC_RULE.splitlines()[6], "  summary: [a]", "7:12: rule 'busy_nic': summary: expected text, got ['a']"),
+    ("evidence: [it.rx_packets_per_second, it.rx_avg_packet_bytes, host.cpu_count]", "evidence: 5",
+     "8:13: rule 'busy_nic': evidence: expected a list of text, got 5"),
+    ("evidence: [it.rx_packets_per_second,", "evidence: [5,",
+     "8:13: rule 'busy_nic': evidence: expected a list of text, got [5, 'it.rx_avg_packet_bytes', 'host.cpu_count']"),
+    ("explains: [slow]", "explains: 5", "9:13: rule 'busy_nic': explains: expected a list of text, got 5"),
+    ("kind: cause", "kind: {a: 1}", "2:9: rule 'busy_nic': kind: expected text, got {'a': 1}"),
+    ("remediation: batch", "remediation: 2024-01-01",
+     "10:16: rule 'busy_nic': remediation: expected text, got datetime.date(2024, 1, 1)"),
+    ("for: 20s", "for: .inf", "6:8: rule 'busy_nic': for: inf is out of range (expected from 0s to 86400s)"),
+    ("for: 20s", "for: .nan", "6:8: rule 'busy_nic': for: nan is out of range (expected from 0s to 86400s)"),
+    ("for: 20s", "for: -1", "6:8: rule 'busy_nic': for: -1 is out of range (expected from 0s to 86400s)"),
+    ("for: 20s", "for: 25h", "6:8: rule 'busy_nic': for: '25h' is out of range (expected from 0s to 86400s)"),
+    ("for: 20s", "for: [1]", "6:8: rule 'busy_nic': for: [1] is not a duration like 30s, 5m or 500ms"),
+    ("- id: busy_nic", "- id: busy_nic\n  ? [a]\n  : 1", "2:5: YAML: while constructing a mapping found unhashable key"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "error"), WRONG_TYPES, ids=[w[1] for w in WRONG_TYPES])
+def test_wrong_types_are_errors_with_positions(tmp_path, old, new, error, capsys):
+    assert old in NIC_RULE
+    with pytest.raises(CatalogError) as info:
+        rules_from(tmp_path, NIC_RULE.replace(old, new))
+    assert str(info.value).startswith(f"{tmp_path / 'rules.yaml'}:{error}")
+    assert main(["rules", "check", "--rules-dir", str(tmp_path / "rules.yaml")]) == 1
+    assert "rules OK" not in capsys.readouterr().out
+
+
+def test_daemon_refuses_a_rule_of_the_wrong_type_at_startup(tmp_path):
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(NIC_RULE.replace("when: it.rx_packets_per_second > 1000.0 && host.cpu_count >= 2.0", "when: 5"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        listen = f"127.0.0.1:{s.getsockname()[1]}"
+    result = subprocess.run([sys.executable, "-m", "kdiag", "run", "--rules-dir", str(rules), "--listen", listen],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"{rules}:5:9: rule 'busy_nic': when: expected text, got 5\n" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -18,7 +18,7 @@ from kdiag.config import Config
 from kdiag.daemon import host_collectors
 from kdiag.engine import default_rules_dir, load_catalog
 from kdiag.exporter import SCHEDULE_NOTE, Published, render_metrics
-from kdiag.pipeline import CollectorSet, Pipeline, State
+from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording import record
 from kdiag.root import Root, SnapshotRoot
 from kdiag.webserver import Exporter
@@ -229,3 +229,18 @@ def test_diagnoses_exported(tmp_path):
     evidence = samples(fams, "kdiag_diagnosis_evidence")
     assert [(s.labels, s.value) for s in evidence] == [
         ({"rule": "swap_hog", "subject": "host", "signal": "host.swap_used_bytes"}, 1000.0)]
+
+
+def test_a_failing_collector_says_why_in_a_metric_and_on_healthz(server, live_state):
+    state, help_text = live_state
+    reason = 'KafkaAdminError: Kafka at b:9093: SASL authentication failed for user "kdiag": check kafka.client.sasl.password_file'
+    failing = State(state.host, state.time, state.samples,
+                    {**state.health, "kafka_admin": Health(False, 1.0, None, reason)}, state.signals, state.diagnoses)
+    server.published.publish(failing, help_text)
+    fams = families(server.get("/metrics")[2].decode())
+    (info,) = samples(fams, "kdiag_collector_last_error_info")
+    assert info.labels == {"collector": "kafka_admin", "reason": reason} and info.value == 1.0
+    assert server.get("/healthz")[::2] == (200, f"ok\nkafka_admin: {reason}\n".encode())
+    server.published.publish(state, help_text)  # working again: no reason left
+    assert "kdiag_collector_last_error_info{" not in server.get("/metrics")[2].decode()
+    assert server.get("/healthz")[::2] == (200, b"ok\n")

@@ -47,3 +47,11 @@ def test_line_rate_evidence_names_the_link(recordings: Path, capsys: pytest.Capt
     (d,) = diagnose(recordings / "nic-line-rate", capsys)
     assert d["evidence"]["link_speed_bytes"] == 1.25e9
     assert d["evidence"]["link_utilization"] == pytest.approx(800000 * 1440 / 1.25e9, rel=0.01)
+
+
+def test_a_virtio_nic_at_line_rate_is_judged_once_its_speed_is_configured(recordings: Path, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "kdiag.yaml"
+    config.write_text("nics:\n  eth0:\n    speed_mbps: 10000\n")
+    (d,) = diagnose(recordings / "virtio-no-speed", capsys, "--config", str(config))
+    assert (d["rule"], d["subject"], d["evidence"]["link_speed_bytes"]) == ("nic_line_rate", "eth0", 1.25e9)

@@ -152,3 +152,12 @@ def test_a_busy_broker_turning_much_slower_than_its_peers_is_broker_slow_vs_peer
 def test_a_slow_idle_broker_or_all_brokers_slowing_together_is_not():
     assert fired(run(brokers_writing(slow_after=600, bytes_per_second=1e5), 720)) == []
     assert fired(run(brokers_writing(slow_after=600, all_slow=True), 720)) == []
+
+
+def test_a_broker_that_never_joined_is_broker_down_once_kafka_expected_brokers_names_it():
+    def expecting_4(t: float) -> list[Sample]:
+        return [*brokers_listed([1, 2, 3]), *(sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in (1, 2, 3, 4))]
+
+    out = run(expecting_4, 60)
+    assert fired(out) == [("broker_down", "cluster", "firing")] and out[0].evidence["missing_broker_ids"] == "4"
+    assert fired(run(lambda t: brokers_listed([1, 2, 3]), 60)) == []

@@ -7,7 +7,6 @@ the probe counts them.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -39,7 +38,7 @@ def own_lab(tmp_path_factory):
         for pid in (lab.read_lab(d) or {}).get("pids", {}).values():
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(pid, signal.SIGCONT)
-        lab.cmd_down(argparse.Namespace(dir=d, purge=True))
+        lab.down(d, purge=True)
 
 
 def series(svc: ProbeService, name: str) -> dict[str, float]:

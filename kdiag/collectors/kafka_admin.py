@@ -13,6 +13,7 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
+from kdiag.kafka_client import ClientSettings, ErrorLog, retire
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
@@ -49,6 +50,7 @@ HELP = {
     "kdiag_kafka_controller_id": "Node id of the active controller.",
     "kdiag_kafka_brokers": "Number of brokers in the cluster.",
     "kdiag_kafka_broker_info": "Broker address and rack (always 1).",
+    "kdiag_kafka_broker_expected": "A broker kafka.expected_brokers says should be live (always 1).",
     "kdiag_kafka_broker_leaders": "Partitions of non-internal topics led by the broker.",
     "kdiag_kafka_broker_replicas": "Replicas of non-internal topics hosted by the broker.",
     "kdiag_kafka_broker_config": "Numeric broker config value (booleans as 0/1; Long.MAX_VALUE means not set).",
@@ -149,7 +151,8 @@ def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str
     """The named config entries' raw values (None where Kafka reports null) and where the set ones come from."""
     from confluent_kafka.admin import ConfigSource
 
-    picked = [entries[n] for n in names if n in entries]
+    # A sensitive entry's value is never stored (recordings travel); Kafka reports it as null anyway.
+    picked = [entries[n] for n in names if n in entries and not entries[n].is_sensitive]
     # A topic inheriting a broker value reports the broker's source (e.g. DYNAMIC_DEFAULT_BROKER_CONFIG), not its own.
     sources = {e.name: ConfigSource(e.source).name for e in picked if e.source != ConfigSource.DEFAULT_CONFIG.value}
     return {"values": {e.name: e.value for e in picked}, "sources": sources}
@@ -360,10 +363,14 @@ class KafkaAdminCollector:
     name = "kafka_admin"
     help = HELP
 
-    def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000):
+    def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
+                 settings: ClientSettings | None = None, expected_brokers: list[int] | None = None):
         self.bootstrap_servers = bootstrap_servers
+        self.expected_brokers = expected_brokers or []
         self.timeout = timeout
         self.max_partition_series = max_partition_series
+        self.settings = settings or ClientSettings()
+        self.errors = ErrorLog(self.settings, bootstrap_servers)
         self._admin: Any = None
 
     def admin(self) -> Any:
@@ -373,14 +380,15 @@ class KafkaAdminCollector:
 
             ms = int(self.timeout * 1000)
             self._admin = AdminClient(
-                {
-                    "bootstrap.servers": self.bootstrap_servers,
-                    "client.id": "kdiag",
-                    "socket.timeout.ms": ms,
-                    "request.timeout.ms": ms,
-                    # A dead cluster would log every reconnect attempt; the collector error already says it.
-                    "log_level": 0,
-                }
+                self.settings.conf(
+                    {
+                        "bootstrap.servers": self.bootstrap_servers,
+                        "client.id": "kdiag",
+                        "socket.timeout.ms": ms,
+                        "request.timeout.ms": ms,
+                    },
+                    self.errors,
+                )
             )
         return self._admin
 
@@ -389,13 +397,21 @@ class KafkaAdminCollector:
         from confluent_kafka import KafkaException
 
         try:
-            return fetch_admin_state(self.admin(), self.timeout)
+            state = fetch_admin_state(self.admin(), self.timeout)
         except (KafkaException, TimeoutError) as e:
+            admin, self._admin = self._admin, None
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
             # metadata refresh, minutes away): a fresh client asks the live brokers again.
-            self._admin = None
-            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {type(e).__name__}: {e}") from e
+            if admin is not None:
+                admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
+                retire(admin, 3 * self.timeout)
+            reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
+            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
+        self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
+        self.errors.clear()
+        return state
 
     def collect(self, root: Root) -> list[Sample]:
-        """Samples of the admin state, fetched live or read from the recording."""
-        return samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series)
+        """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
+        samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series)
+        return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]

@@ -13,12 +13,14 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import os
 import subprocess
 import threading
 import time
 from collections import defaultdict
 from typing import Any
 
+from kdiag.collectors.jmx_auth import JmxAuth
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
@@ -258,35 +260,31 @@ class JmxReader:
     WRAPPER = 'exec 3<&0; (read _ <&3; kill $$) & exec "$@" 3<&-'
     JVM_FLAGS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData")
 
-    def __init__(self, url: str, classpath: str, poll_interval: float, java: str = "java"):
+    def __init__(self, url: str, classpath: str, poll_interval: float, java: str = "java", auth: JmxAuth | None = None):
         self.url = url
+        self.auth = auth or JmxAuth()
         self.started = time.monotonic()
         self.latest: tuple[float, dict[str, float]] | None = None
         self.error = ""
+        self._output: list[str] = []
         self._fresh = threading.Condition()
-        command = [
-            java,
-            *self.JVM_FLAGS,
-            "-cp",
-            classpath,
-            "org.apache.kafka.tools.JmxTool",
-            "--jmx-url",
-            url,
-            "--reporting-interval",
-            str(int(poll_interval * 1000)),
-            "--attributes",
-            ",".join(ATTRIBUTES),
-        ]
+        args = ["--jmx-url", url, "--reporting-interval", str(int(poll_interval * 1000)), "--attributes", ",".join(ATTRIBUTES)]
         for query in QUERIES:
-            command += ["--object-name", query]
-        self.process = subprocess.Popen(
-            ["sh", "-c", self.WRAPPER, "sh", *command],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+            args += ["--object-name", query]
+        # The main class and its arguments (credentials among them) come from an @argfile pipe, not argv.
+        argfile = self.auth.pipe("org.apache.kafka.tools.JmxTool", args)
+        try:
+            self.process = subprocess.Popen(
+                ["sh", "-c", self.WRAPPER, "sh", java, *self.JVM_FLAGS, "-cp", classpath, f"@/dev/fd/{argfile}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+                pass_fds=(argfile,),
+            )
+        finally:
+            os.close(argfile)
         threading.Thread(target=self._read, name=f"jmx-reader {url}", daemon=True).start()
 
     def _read(self) -> None:
@@ -300,8 +298,10 @@ class JmxReader:
                     with self._fresh:
                         self.latest = (time.monotonic(), values)
                         self._fresh.notify_all()
-                elif line.startswith("Could not") or (not self.error and line[:1].isalpha() and not line.startswith("Trying")):
-                    self.error = line.strip()[:300]
+                elif not line.startswith("Trying") and len(self._output) < 40:
+                    # A failure spans lines (the nested exception says why): judge them together.
+                    self._output.append(line)
+                    self.error = self.auth.explain("".join(self._output))
         with self._fresh:
             self._fresh.notify_all()
 
@@ -349,7 +349,9 @@ class KafkaJmxCollector:
         classpath: str | None = None,
         refresh: float = 600.0,
         restart_after: float = 60.0,
+        auth: JmxAuth | None = None,
     ):
+        self.auth = auth or JmxAuth()
         self.urls = [jmx_url(e) for e in endpoints]
         self.timeout = timeout
         self.poll_interval = poll_interval
@@ -379,7 +381,7 @@ class KafkaJmxCollector:
                 reader.close()
                 reader = None
         if reader is None:
-            reader = self.readers[url] = JmxReader(url, self.classpath, self.poll_interval)
+            reader = self.readers[url] = JmxReader(url, self.classpath, self.poll_interval, auth=self.auth)
         return reader
 
     def fetch(self) -> dict[str, Any]:

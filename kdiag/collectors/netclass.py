@@ -44,8 +44,12 @@ class NetclassCollector:
     name = "netclass"
     help = HELP
 
+    def __init__(self, speeds_mbps: dict[str, int] | None = None):
+        # nics.<name>.speed_mbps: what a NIC that reports no speed (virtio says -1) runs at.
+        self.speeds_mbps = speeds_mbps or {}
+
     def collect(self, root: Root) -> list[Sample]:
-        """Samples per interface; speed left out where the driver reports none."""
+        """Samples per interface; speed from the config, else as the driver reports it (left out when it reports none)."""
         samples = []
         for device in interfaces(root):
             base = f"class/net/{device}"
@@ -55,6 +59,8 @@ class NetclassCollector:
                 if e.errno not in _NO_SPEED:
                     raise
                 speed = None
+            if device in self.speeds_mbps:
+                speed = self.speeds_mbps[device] * 125_000
             if speed is not None:
                 samples.append(sample("kdiag_network_speed_bytes", speed, device=device))
             up = root.read_sys(f"{base}/operstate").strip() == "up"
