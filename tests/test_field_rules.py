@@ -55,3 +55,15 @@ def test_a_virtio_nic_at_line_rate_is_judged_once_its_speed_is_configured(record
     config.write_text("nics:\n  eth0:\n    speed_mbps: 10000\n")
     (d,) = diagnose(recordings / "virtio-no-speed", capsys, "--config", str(config))
     assert (d["rule"], d["subject"], d["evidence"]["link_speed_bytes"]) == ("nic_line_rate", "eth0", 1.25e9)
+
+
+@pytest.mark.parametrize(("name", "rule", "comm"), [
+    ("real-host-perf-test-on-broker.tar.gz", "loadgen_host_saturated", "java"),  # ProducerPerformance beside the lab
+    ("real-host-metadata-walk.tar.gz", "foreign_metadata_scanner", "python3"),  # os.walk + stat in a log dir
+])
+def test_recordings_captured_on_a_real_host_name_their_cause(name: str, rule: str, comm: str,
+                                                             capsys: pytest.CaptureFixture) -> None:
+    # Captured with `kdiag record` on this project's 2-core VM while the 3-broker lab ran (not built by a script).
+    found = diagnose(Path(__file__).parent / "recordings" / name, capsys)
+    causes = [d for d in found if d["kind"] == "cause" and d["state"] == "firing"]
+    assert [d["rule"] for d in causes] == [rule] and causes[0]["subject"].endswith(f" {comm}")

@@ -132,12 +132,12 @@ def path_arguments(argv: list[str]) -> list[str]:
     return [os.path.normpath(v) for v in values if v.startswith("/")]
 
 
-def touches(paths: Iterable[str], log_dirs: Iterable[str]) -> bool:
-    """Whether any path is a log dir, inside one, or an ancestor of one ("/" excepted: it holds all)."""
+def touches(paths: Iterable[str], log_dirs: Iterable[str], ancestors: bool = True) -> bool:
+    """Whether any path is a log dir, inside one, or (with ancestors) above one ("/" excepted: it holds all)."""
     dirs = [d.rstrip("/") for d in log_dirs]
     for path in paths:
         p = path.rstrip("/")
-        if p and any(p == d or p.startswith(d + "/") or d.startswith(p + "/") for d in dirs):
+        if p and any(p == d or p.startswith(d + "/") or (ancestors and d.startswith(p + "/")) for d in dirs):
             return True
     return False
 
@@ -283,7 +283,9 @@ def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = 
     """The per-process series of one chosen process; the cmdline label is masked, full, or left out (off)."""
     labels = {"pid": p.pid, "comm": p.stat.comm}
     # A broker's log dirs are its own, whether or not its links were followed this time.
-    touched = (is_broker(p.argv) and bool(log_dirs)) or touches([d.cwd, *path_arguments(p.argv), *d.fd_targets], log_dirs)
+    # `du -sh /data` walks the log dirs below its argument; a process merely working in /data or $HOME does not.
+    touched = (is_broker(p.argv) and bool(log_dirs)) or touches(path_arguments(p.argv), log_dirs) or touches(
+        [d.cwd, *d.fd_targets], log_dirs, ancestors=False)
     info = {} if cmdline == "off" else {"cmdline": cmdline_label(p.argv, cmdline)}
     return [
         sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),

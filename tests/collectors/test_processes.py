@@ -111,6 +111,7 @@ def test_touches():
     assert touches(["/data/kafka-logs/orders-0"], ["/data/kafka-logs/"])
     assert not touches(["/"], ["/data/kafka-logs"])
     assert not touches(["/data/kafka-logs-old"], ["/data/kafka-logs"])
+    assert not touches(["/data"], ["/data/kafka-logs"], ancestors=False)  # a cwd above the log dirs is no walk
     assert path_arguments(["tar", "-C", "/data/", "--file=/backup/x.tgz", "rel"]) == [
         "/data",
         "/backup/x.tgz",
