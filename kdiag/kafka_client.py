@@ -14,7 +14,6 @@ import re
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,20 +240,3 @@ class ErrorLog:
         """The client works again: forget the last error."""
         with self._lock:
             self._raw = self._reason = ""
-
-
-_retired: list[tuple[float, Any]] = []
-_retired_lock = threading.Lock()
-MAX_RETIRED = 16
-
-
-def retire(client: Any, seconds: float) -> None:
-    """Keep a dropped librdkafka client alive for `seconds`, until its pending requests have timed out.
-
-    Destroying an AdminClient whose requests are still in flight is where librdkafka 2.x has been seen to crash
-    (rdk:main segfault at 0x58 after a broker went away); letting the requests expire first avoids that path.
-    """
-    now = time.monotonic()
-    with _retired_lock:
-        _retired[:] = [(until, c) for until, c in _retired if until > now][-(MAX_RETIRED - 1):]
-        _retired.append((now + seconds, client))

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag import probe_topic
-from kdiag.kafka_client import ClientSettings, ErrorLog, retire
+from kdiag.kafka_client import ClientSettings, ErrorLog
 from kdiag.probe_metrics import BrokerStats
 from kdiag.probe_sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe_topic import REQUEST_TIMEOUT, Topology
@@ -214,12 +214,6 @@ class ProbeService:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient(self._client_config())
-        try:
-            self._manage_with(admin, name, backoff)
-        finally:
-            retire(admin, 3 * REQUEST_TIMEOUT)
-
-    def _manage_with(self, admin, name: str, backoff: _Backoff) -> None:
         last_state = None
         next_due = 0.0
         reconcile_error = ""

@@ -152,27 +152,3 @@ def test_a_sensitive_config_entry_is_never_stored():
                "num.io.threads": ConfigEntry("num.io.threads", SECRET, ConfigSource.DYNAMIC_BROKER_CONFIG, is_sensitive=True)}
     picked = _pick(entries, ("log.dirs", "num.io.threads"))
     assert picked == {"values": {"log.dirs": "/data"}, "sources": {"log.dirs": "STATIC_BROKER_CONFIG"}}
-
-
-def test_a_retired_client_lives_until_its_requests_expired_and_the_list_stays_bounded():
-    import gc
-    import weakref
-
-    from kdiag import kafka_client
-
-    class Client:
-        pass
-
-    kept = Client()
-    alive = weakref.ref(kept)
-    kafka_client.retire(kept, 60)
-    del kept
-    gc.collect()
-    assert alive() is not None
-    for _ in range(3 * kafka_client.MAX_RETIRED):
-        kafka_client.retire(Client(), 60)
-    assert len(kafka_client._retired) == kafka_client.MAX_RETIRED
-    kafka_client.retire(Client(), 0)
-    kafka_client.retire(Client(), 0)
-    gc.collect()
-    assert alive() is None  # pushed out once the list is full: the bound wins over the delay

@@ -13,7 +13,7 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
-from kdiag.kafka_client import ClientSettings, ErrorLog, retire
+from kdiag.kafka_client import ClientSettings, ErrorLog
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
@@ -404,7 +404,6 @@ class KafkaAdminCollector:
             # metadata refresh, minutes away): a fresh client asks the live brokers again.
             if admin is not None:
                 admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
-                retire(admin, 3 * self.timeout)
             reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
         self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
