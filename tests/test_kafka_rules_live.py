@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from waiting import wait_until
 
 from kdiag import lab
+from kdiag.drills import in_background
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.pipeline import CollectorSet, Pipeline, State
@@ -43,19 +44,6 @@ def create_topic(admin: AdminClient, name: str, assignment: list[list[int]], **c
     wait_until(lambda: name not in admin.list_topics(timeout=10).topics, 30, f"topic {name} deleted")
     topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment, config=config)
     wait_until(lambda: admin.create_topics([topic])[name].exception(timeout=30) is None, 30, f"topic {name} created")
-
-
-@contextmanager
-def in_background(loop: Callable[[threading.Event], None]) -> Iterator[None]:
-    """Run loop(stop) in a thread while the block runs; stop is set when it ends."""
-    stop = threading.Event()
-    thread = threading.Thread(target=loop, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(30)
 
 
 def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0):
