@@ -19,7 +19,8 @@ import uuid
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.collectors.processes import TICKS_PER_SECOND, parse_stat
-from kdiag.lab import classpath, read_lab
+from kdiag.lab import read_lab
+from kdiag.lab_layout import classpath
 from kdiag.probe import ProbeService
 from kdiag.probe_config import ProbeConfig
 
