@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kdiag.config import ConfigError, load_config
 from kdiag.java_security import translate
 from kdiag.kafka_client import ClientSettings, ErrorLog
 
@@ -80,8 +81,6 @@ def client_conf(config_file: str | None, props: list[str] | None, kdiag_config: 
     --*-props k=v pairs; dropped ones are warned about. ConfigError or ValueError on what cannot be used."""
     conf: dict[str, Any] = {}
     if kdiag_config:
-        from kdiag.config import load_config
-
         kafka = load_config(kdiag_config).kafka
         conf = {**kafka.client_settings.props, "bootstrap.servers": kafka.bootstrap_servers}
     java = parse_properties_file(Path(config_file).read_text()) if config_file else {}
@@ -90,6 +89,22 @@ def client_conf(config_file: str | None, props: list[str] | None, kdiag_config: 
     for w in warnings:
         warn(w)
     return {**conf, **mapped}
+
+
+def bench_conf(config_file: str | None, props: list[str] | None, kdiag_config: str | None, bootstrap_server: str | None,
+               missing: str) -> dict[str, Any] | None:
+    """client_conf() with --bootstrap-server applied; None, said on stderr, when it cannot be used or names no servers."""
+    try:
+        conf = client_conf(config_file, props, kdiag_config)
+    except (OSError, ValueError, ConfigError) as e:
+        warn(str(e))
+        return None
+    if bootstrap_server:
+        conf["bootstrap.servers"] = bootstrap_server
+    if not conf.get("bootstrap.servers"):
+        warn(missing)
+        return None
+    return conf
 
 
 def error_log(conf: dict[str, Any]) -> ErrorLog:

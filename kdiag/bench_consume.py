@@ -8,9 +8,8 @@ import random
 import time
 from typing import Any
 
-from kdiag.bench_client import client_conf, error_log, make_client, warn
+from kdiag.bench_client import bench_conf, error_log, make_client, warn
 from kdiag.bench_format import consumer_header, consumer_progress, consumer_summary, metrics_lines
-from kdiag.config import ConfigError
 
 
 def consumer_metrics(stats: dict[str, Any]) -> dict[str, float]:
@@ -32,15 +31,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
     if args.threads:
         warn("--threads is ignored (one consumer, as in Kafka's ConsumerPerformance)")
-    try:
-        conf = client_conf(args.consumer_config, args.consumer_props, args.config)
-    except (OSError, ValueError, ConfigError) as e:
-        warn(str(e))
-        return 2
-    if args.bootstrap_server:
-        conf["bootstrap.servers"] = args.bootstrap_server
-    if not conf.get("bootstrap.servers"):
-        warn("give --bootstrap-server, or --config with kafka.bootstrap_servers")
+    conf = bench_conf(args.consumer_config, args.consumer_props, args.config, args.bootstrap_server,
+                      "give --bootstrap-server, or --config with kafka.bootstrap_servers")
+    if conf is None:
         return 2
     last_stats: dict[str, Any] = {}
     conf.update({

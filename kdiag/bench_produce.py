@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdiag.bench_client import client_conf, error_log, make_client, warn
+from kdiag.bench_client import bench_conf, error_log, make_client, warn
 from kdiag.bench_format import Delta, Stats, metrics_lines
 from kdiag.bench_stats import STATS_VERSION, StatsFile, default_stats_dir, librdkafka_summary, summary_metrics
-from kdiag.config import ConfigError
 from kdiag.kafka_client import is_secret
 
 # ProducerPerformance keeps at most this many latency samples for its percentiles.
@@ -240,15 +239,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if args.transactional_id:
         warn("--transactional-id is not supported (transactions are not benchmarked)")
         return 2
-    try:
-        conf = client_conf(args.producer_config, args.producer_props, args.config)
-    except (OSError, ValueError, ConfigError) as e:
-        warn(str(e))
-        return 2
-    if args.bootstrap_server:
-        conf["bootstrap.servers"] = args.bootstrap_server
-    if not conf.get("bootstrap.servers"):
-        warn("give --bootstrap-server, bootstrap.servers in --producer-props/--producer.config, or --config")
+    conf = bench_conf(args.producer_config, args.producer_props, args.config, args.bootstrap_server,
+                      "give --bootstrap-server, bootstrap.servers in --producer-props/--producer.config, or --config")
+    if conf is None:
         return 2
     conf.setdefault("client.id", "perf-producer-client")
     payloads: list[bytes] = []
