@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,18 +35,55 @@ class CollectorTimeout(Exception):
     """A collector still running at its deadline."""
 
 
+class _Worker:
+    """One collector's own long-lived daemon thread (a thread per run would be thousands an hour)."""
+
+    def __init__(self, collector: Collector):
+        self.collector = collector
+        self._jobs: queue.SimpleQueue[tuple[Root, queue.SimpleQueue]] = queue.SimpleQueue()
+        self._running = threading.Event()
+        threading.Thread(target=self._serve, name=f"collector-{collector.name}", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            root, answer = self._jobs.get()
+            try:
+                result: tuple[str, Any] = ("samples", self.collector.collect(root))
+            except Exception as e:
+                result = ("error", e)
+            self._running.clear()  # before answering: the next run must never find it busy
+            answer.put(result)
+
+    def busy(self) -> bool:
+        """Whether a run that timed out is still going."""
+        return self._running.is_set()
+
+    def run(self, root: Root, timeout: float) -> list[Sample]:
+        """The collector's samples within timeout; CollectorTimeout past it (the run goes on, busy() says so)."""
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        self._running.set()
+        self._jobs.put((root, answer))
+        try:
+            kind, value = answer.get(timeout=timeout)
+        except queue.Empty:
+            raise CollectorTimeout(f"timed out after {timeout:g}s") from None
+        if kind == "error":
+            raise value
+        return value
+
+
 class CollectorSet:
     """Runs a group of collectors, each isolated: one failing or hanging source never stops the others.
 
-    With a timeout, each collector runs in a worker thread; one past its deadline counts as failed, its thread is
-    abandoned (a blocked read cannot be interrupted) and it is not started again while that thread still runs.
+    With a timeout, each collector runs in its own worker thread; a run past its deadline counts as failed (a blocked
+    read cannot be interrupted) and the collector is not started again while that run still goes.
     """
 
     def __init__(self, collectors: list[Collector], timeout: float | None = None):
         self.collectors = collectors
         self.timeout = timeout
         self.health: dict[str, Health] = {c.name: Health() for c in collectors}
-        self._hung: dict[str, threading.Thread] = {}
+        self._workers: dict[str, _Worker] = {}
 
     def run(self, root: Root) -> list[Sample]:
         """Samples from every collector that succeeded; failures are logged once per failure streak."""
@@ -70,27 +108,12 @@ class CollectorSet:
     def _collect(self, c: Collector, root: Root) -> list[Sample]:
         if self.timeout is None:
             return c.collect(root)
-        hung = self._hung.get(c.name)
-        if hung is not None and hung.is_alive():
+        worker = self._workers.get(c.name)
+        if worker is not None and worker.busy():
             raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
-        result: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                result["samples"] = c.collect(root)
-            except Exception as e:
-                result["error"] = e
-
-        worker = threading.Thread(target=work, name=f"collector-{c.name}", daemon=True)
-        worker.start()
-        worker.join(self.timeout)
-        if worker.is_alive():
-            self._hung[c.name] = worker
-            raise CollectorTimeout(f"timed out after {self.timeout:g}s")
-        self._hung.pop(c.name, None)
-        if "error" in result:
-            raise result["error"]
-        return result["samples"]
+        if worker is None:
+            worker = self._workers[c.name] = _Worker(c)
+        return worker.run(root, self.timeout)
 
     def help(self) -> dict[str, str]:
         """HELP text of every metric these collectors emit."""
