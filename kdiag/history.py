@@ -82,8 +82,9 @@ def counter_increase(previous: float, current: float, kind: str) -> float:
 
 def window_rate(points: deque[tuple[float, float]], window: float, kind: str = COUNTER) -> float | None:
     """Per-second increase across the points in the last `window` seconds (at least two points)."""
-    end = points[-1][0]
-    selected = [p for p in points if p[0] >= end - window]
+    start = points[-1][0] - window
+    # From the newest point back: a series holds the whole retention (180 points at 5 s), a window only a few.
+    selected = list(itertools.takewhile(lambda p: p[0] >= start, reversed(points)))[::-1]
     if len(selected) < 2:
         # A window shorter than the interval still rates the last two points.
         if len(points) < 2:

@@ -207,3 +207,18 @@ def test_kdiag_run_reads_jmx_from_the_broker_it_found(kafka_lab, tmp_path):
     text = log.read_text()
     assert f"broker discovery: kafka.local_broker_id = {node}" in text
     assert f"broker discovery: kafka.jmx = {endpoint.split('//')[-1].removesuffix('/jmxrmi')}" in text
+
+
+@pytest.mark.kafka
+def test_zero_config_on_a_host_whose_only_broker_is_a_lab_node(kafka_lab, tmp_path):
+    # This machine runs several labs' brokers; a copy of one real broker's /proc entry is a host with just that one.
+    pid = int(kafka_lab["pids"]["3"])
+    argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")[:-1]
+    properties = argv[-1]
+    root = host(tmp_path, {pid: argv}, {properties: Path(properties).read_text()}, cwd=os.readlink(f"/proc/{pid}/cwd"))
+    config = discover(load_config(), root)
+    assert config.kafka.local_broker_id == 3
+    assert config.kafka.bootstrap_servers == kafka_lab["bootstrap"].split(",")[2]
+    assert [f"service:jmx:rmi:///jndi/rmi://{e}/jmxrmi" for e in config.kafka.jmx] == [kafka_lab["jmx"]["3"]]
+    assert config.kafka.jmx_classpath == f"{kafka_lab['dir']}/libs/*"
+    assert config.processes.log_dirs == [f"{kafka_lab['dir']}/node-3/data"]
