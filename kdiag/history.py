@@ -84,7 +84,12 @@ def window_rate(points: deque[tuple[float, float]], window: float, kind: str = C
     """Per-second increase across the points in the last `window` seconds (at least two points)."""
     start = points[-1][0] - window
     # From the newest point back: a series holds the whole retention (180 points at 5 s), a window only a few.
-    selected = list(itertools.takewhile(lambda p: p[0] >= start, reversed(points)))[::-1]
+    selected = []
+    for point in reversed(points):
+        if point[0] < start:
+            break
+        selected.append(point)
+    selected.reverse()
     if len(selected) < 2:
         # A window shorter than the interval still rates the last two points.
         if len(points) < 2:
