@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from kdiag.collectors.processes import BROKER_MAIN_CLASS, parse_cmdline
 from kdiag.config import Config
-from kdiag.quote import quote
 from kdiag.root import Root
 
 log = logging.getLogger(__name__)
@@ -125,10 +124,11 @@ def parse_listeners(settings: dict[str, str]) -> tuple[list[Listener], set[int],
 
     def split(key: str) -> dict[str, str]:
         out = {}
-        for item in filter(None, (s.strip() for s in settings.get(key, "").split(","))):
+        for i, item in enumerate(filter(None, (s.strip() for s in settings.get(key, "").split(","))), 1):
             m = _LISTENER.fullmatch(item)
             if m is None:
-                problems.append(f"{key}: {quote(item, 60)} is not NAME://host:port")
+                # The file may hold secrets: a value that does not parse is never echoed.
+                problems.append(f"{key}: entry {i} is not NAME://host:port")
                 continue
             out[m[1].upper()] = f"{WILDCARD_HOSTS.get(m[2], m[2])}:{m[3]}"
         return out
@@ -189,7 +189,7 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
     if node_id.strip().lstrip("-").isdigit() and int(node_id) >= 0:
         broker.node_id = int(node_id)
     elif node_id:
-        broker.problems.append(f"node.id {quote(node_id, 40)} is not a node id")
+        broker.problems.append("node.id is not a node id (an integer from 0)")
     roles = {r.strip() for r in settings.get("process.roles", "broker").split(",")}
     broker.controller_only = "broker" not in roles
     broker.listeners, broker.ports, problems = parse_listeners(settings)

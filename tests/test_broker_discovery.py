@@ -123,9 +123,9 @@ def test_a_secured_listener_is_never_a_plaintext_bootstrap(tmp_path, caplog):
     (["java", "kafka.Kafka"], {}, "no server.properties argument after kafka.Kafka"),
     (broker_argv(), {}, "cannot read its server.properties"),
     (broker_argv(), {"/opt/kafka/config/server.properties": "node.id=abc\nlisteners=PLAINTEXT://[bad\n"},
-     "node.id 'abc' is not a node id"),
+     "node.id is not a node id"),
     (broker_argv(), {"/opt/kafka/config/server.properties": "node.id=1\nlisteners=PLAINTEXT://[bad\n"},
-     "listeners: 'PLAINTEXT://[bad' is not NAME://host:port"),
+     "listeners: entry 1 is not NAME://host:port"),
     (broker_argv(), {"/opt/kafka/config/server.properties": "#" * (2 << 20)}, "larger than 1048576 bytes"),
 ])
 def test_broken_broker_files_are_one_problem_each_never_a_crash(tmp_path, argv, files, problem):
@@ -222,3 +222,15 @@ def test_zero_config_on_a_host_whose_only_broker_is_a_lab_node(kafka_lab, tmp_pa
     assert [f"service:jmx:rmi:///jndi/rmi://{e}/jmxrmi" for e in config.kafka.jmx] == [kafka_lab["jmx"]["3"]]
     assert config.kafka.jmx_classpath == f"{kafka_lab['dir']}/libs/*"
     assert config.processes.log_dirs == [f"{kafka_lab['dir']}/node-3/data"]
+
+
+def test_secrets_of_the_broker_never_reach_the_log(tmp_path, caplog):
+    secret = "hunter2-s3cret"
+    properties = (SERVER_PROPERTIES + "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common."
+                  f'security.scram.ScramLoginModule required username="broker" password="{secret}";\n'
+                  f"ssl.keystore.password={secret}\nlisteners=SASL_SSL://:9094,BROKEN{secret}\nnode.id={secret}\n")
+    argv = [*broker_argv()[:1], f"-Djavax.net.ssl.keyStorePassword={secret}", *broker_argv()[1:]]
+    root = host(tmp_path, {2000: argv}, {"/opt/kafka/config/server.properties": properties})
+    with caplog.at_level(logging.DEBUG, logger="kdiag.broker_discovery"):
+        discover(load_config(), root)
+    assert caplog.records and secret not in caplog.text
