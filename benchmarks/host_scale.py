@@ -19,7 +19,7 @@ from kdiag.exporter import render_metrics
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording import Recording
 from kdiag.root import Root
-from kdiag.signals import compute_signals
+from kdiag.subject_kinds import compute_signals
 
 TARGET_MS = 100.0
 STAGES = ("collection", "history", "signals", "rules", "signals+rules", "render", "total")

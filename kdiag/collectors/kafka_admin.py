@@ -13,9 +13,10 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
-from kdiag.kafka_client import ClientSettings, ErrorLog
+from kdiag.kafka_client import ClientSettings
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.worker_process import WorkerError, WorkerProcess
 
 VERSION = 1
 SOURCE = "admin"
@@ -358,7 +359,7 @@ def samples_from_admin_state(state: dict[str, Any], max_partition_series: int = 
 
 
 class KafkaAdminCollector:
-    """Cluster, topic, config and consumer lag facts through one reused AdminClient."""
+    """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
     help = HELP
@@ -369,48 +370,28 @@ class KafkaAdminCollector:
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
         self.max_partition_series = max_partition_series
-        self.settings = settings or ClientSettings()
-        self.errors = ErrorLog(self.settings, bootstrap_servers)
-        self._admin: Any = None
-
-    def admin(self) -> Any:
-        """The AdminClient, created on first use so replays never open a connection."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            ms = int(self.timeout * 1000)
-            self._admin = AdminClient(
-                self.settings.conf(
-                    {
-                        "bootstrap.servers": self.bootstrap_servers,
-                        "client.id": "kdiag",
-                        "socket.timeout.ms": ms,
-                        "request.timeout.ms": ms,
-                    },
-                    self.errors,
-                )
-            )
-        return self._admin
+        settings = settings or ClientSettings()
+        # Created now, started on the first live fetch, so replays never start it.
+        self.worker = WorkerProcess("kdiag.collectors.admin_worker", {
+            "bootstrap_servers": bootstrap_servers, "timeout": timeout,
+            "props": settings.props, "given": settings.given, "prefix": settings.prefix}, "the AdminClient process")
 
     def fetch(self) -> dict[str, Any]:
-        """Live admin state; KafkaAdminError naming the bootstrap servers when the cluster fails to answer."""
-        from confluent_kafka import KafkaException
-
+        """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
         try:
-            state = fetch_admin_state(self.admin(), self.timeout)
-        except (KafkaException, TimeoutError) as e:
-            admin, self._admin = self._admin, None
-            # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
-            # metadata refresh, minutes away): a fresh client asks the live brokers again.
-            if admin is not None:
-                admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
-            reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
-            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
-        self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
-        self.errors.clear()
-        return state
+            # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
+            answer = self.worker.request({"fetch": True}, self.timeout + 4.0)
+        except WorkerError as e:
+            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
+        if "error" in answer:
+            raise KafkaAdminError(answer["error"])
+        return answer["state"]
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
         samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series)
         return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
+
+    def close(self) -> None:
+        """Stop the AdminClient process."""
+        self.worker.close()

@@ -335,7 +335,7 @@ NO_JARS = ("no Kafka jars to run JmxTool: set kafka.jmx_classpath to your Kafka'
 
 def default_classpath() -> str:
     """The `kdiag lab` jars when there are any, else "" (a broker host's jars come from its process: broker_discovery)."""
-    from kdiag.lab import classpath
+    from kdiag.lab_layout import classpath
 
     return classpath() if glob.glob(classpath()) else ""
 
