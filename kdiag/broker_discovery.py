@@ -8,9 +8,11 @@ the config left unset; what the config or flags set always wins.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from kdiag.collectors.processes import BROKER_MAIN_CLASS, parse_cmdline
@@ -208,16 +210,29 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
 
 def host_file(root: Root, pid: int, path: str) -> str:
     """A file as the process sees it (/proc/PID/root/PATH), else at PATH on this live host; at most 1 MiB."""
-    try:
+    if type(root) is not Root:  # a recording: its reader checks what it opens, and holds only what it recorded
         text = root.read_proc(f"{pid}/root{path}")
-    except OSError:
-        if type(root) is not Root:  # a recording holds only what it recorded
-            raise
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(MAX_PROPERTIES_BYTES + 1)
-    if len(text) > MAX_PROPERTIES_BYTES:
+        if len(text) > MAX_PROPERTIES_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_PROPERTIES_BYTES} bytes")
+        return text
+    try:
+        return read_text(str(root.proc / f"{pid}/root{path}"))
+    except PermissionError:  # /proc/PID/root needs ptrace access to the process; the plain path may do
+        return read_text(path)
+
+
+def read_text(path: str) -> str:
+    """A regular file's text, at most 1 MiB: any local user's "broker" may name a FIFO or a device, never opened."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        data = f.read(MAX_PROPERTIES_BYTES + 1)
+    if len(data) > MAX_PROPERTIES_BYTES:
         raise ValueError(f"{path} is larger than {MAX_PROPERTIES_BYTES} bytes")
-    return text
+    return data.decode("utf-8", errors="replace")
 
 
 def find_brokers(root: Root) -> list[Broker]:
@@ -265,7 +280,12 @@ def _classpath_summary(classpath: str) -> str:
 
 def discover(config: Config, root: Root) -> Config:
     """config with its unset Kafka items filled from the local broker process; one log line per item."""
-    broker, why = choose(find_brokers(root), config.kafka.bootstrap_servers, config.kafka.local_broker_id)
+    try:
+        brokers = find_brokers(root)
+    except OSError as e:  # a wrong --procfs: the collectors say so too; discovery is only a convenience
+        log.warning("broker discovery: cannot list the processes (%s)", e.strerror or e)
+        return config
+    broker, why = choose(brokers, config.kafka.bootstrap_servers, config.kafka.local_broker_id)
     if broker is None:
         log.info("broker discovery: %s", why)
         return config
@@ -280,7 +300,11 @@ def discover(config: Config, root: Root) -> Config:
         found["kafka.local_broker_id"] = (broker.node_id, str(broker.node_id), f"node.id in {where}")
     protocol = kafka.client_settings.protocol()
     usable = [li for li in broker.listeners if li.protocol == protocol]
-    if usable:
+    if usable and kafka.client_settings.secrets() and not kafka.bootstrap_servers:
+        # Any local user can start a process that looks like a broker: credentials go only where the config says.
+        log.warning("broker discovery: kafka.client holds credentials: set kafka.bootstrap_servers (the broker's: %s) "
+                    "rather than send them to a discovered address", usable[0].address)
+    elif usable:
         found["kafka.bootstrap_servers"] = (usable[0].address, usable[0].address, f"listener {usable[0].name} in {where}")
     elif broker.listeners and not kafka.bootstrap_servers:
         names = ", ".join(f"{li.name} ({li.protocol})" for li in broker.listeners)
@@ -291,7 +315,10 @@ def discover(config: Config, root: Root) -> Config:
         found["processes.log_dirs"] = (broker.log_dirs, ",".join(broker.log_dirs), f"log.dirs in {where}")
     if broker.jmx:
         source = f"-D{_JMX}port of pid {broker.pid}"
-        if broker.jmx_auth and not kafka.jmx_username:
+        if kafka.jmx_username and not kafka.jmx:
+            log.warning("broker discovery: kafka.jmx_username is set: set kafka.jmx (the broker's: %s) rather than send "
+                        "the JMX password to a discovered address", broker.jmx)
+        elif broker.jmx_auth and not kafka.jmx_username:
             log.warning("broker discovery: JMX %s wants a password: not used; set kafka.jmx_username and "
                         "kafka.jmx_password_file", broker.jmx)
         elif broker.jmx_ssl and not kafka.jmx_ssl:

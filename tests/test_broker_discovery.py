@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -103,8 +104,11 @@ def test_a_load_host_without_a_broker_changes_nothing(tmp_path, caplog):
 
 
 def test_a_secured_listener_is_never_a_plaintext_bootstrap(tmp_path, caplog):
-    secured = SERVER_PROPERTIES.replace("PLAINTEXT://kafka-3.example:9092", "SASL_SSL://kafka-3.example:9094").replace(
-        "listeners=PLAINTEXT://:9092", "listeners=SASL_SSL://:9094").replace("PLAINTEXT:PLAINTEXT", "SASL_SSL:SASL_SSL")
+    secured = SERVER_PROPERTIES.replace(
+        "listeners=PLAINTEXT://:9092,", "listeners=SSL://:9093,SASL_SSL://:9094,").replace(
+        "advertised.listeners=PLAINTEXT://kafka-3.example:9092", "advertised.listeners=SSL://kafka-3.example:9093,"
+        "SASL_SSL://kafka-3.example:9094").replace("PLAINTEXT:PLAINTEXT", "SSL:SSL,SASL_SSL:SASL_SSL").replace(
+        "CONTROLLER://:9093", "CONTROLLER://:9095")
     # Only the port given: the JVM then wants a password and TLS on JMX.
     argv = [a for a in broker_argv() if "authenticate" not in a and "jmxremote.ssl" not in a]
     root = host(tmp_path, {2000: argv}, {"/opt/kafka/config/server.properties": secured})
@@ -112,11 +116,30 @@ def test_a_secured_listener_is_never_a_plaintext_bootstrap(tmp_path, caplog):
         config = discover(load_config(), root)
     assert config.kafka.bootstrap_servers == "" and config.kafka.jmx == []
     assert config.kafka.local_broker_id == 3
-    assert "no listener speaks PLAINTEXT, the protocol of kafka.client (listeners: SASL_SSL (SASL_SSL))" in caplog.text
+    assert "no listener speaks PLAINTEXT, the protocol of kafka.client (listeners: SSL (SSL), SASL_SSL (SASL_SSL))" in caplog.text
     assert "JMX 127.0.0.1:9999 wants a password: not used" in caplog.text
+    assert discover(load_config(overrides={"kafka.client": {"security.protocol": "ssl"}}), root).kafka.bootstrap_servers == \
+        "kafka-3.example:9093"
+    # Credentials go only to an address the config names: any local user can start a look-alike "broker".
     client = {"security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u", "sasl.password": "p"}
-    sasl = load_config(overrides={"kafka.client": client})
-    assert discover(sasl, root).kafka.bootstrap_servers == "kafka-3.example:9094"
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+        assert discover(load_config(overrides={"kafka.client": client}), root).kafka.bootstrap_servers == ""
+    assert "kafka.client holds credentials: set kafka.bootstrap_servers (the broker's: kafka-3.example:9094)" in caplog.text
+
+
+def test_a_fifo_named_as_server_properties_never_blocks(tmp_path, caplog):
+    proc = tmp_path / "proc" / "2000"
+    (proc / "root" / "opt" / "kafka" / "config").mkdir(parents=True)
+    os.mkfifo(proc / "root" / "opt" / "kafka" / "config" / "server.properties")
+    (proc / "cmdline").write_text("\0".join(broker_argv()) + "\0")
+    os.symlink("/opt/kafka", proc / "cwd")
+    done = []
+    worker = threading.Thread(target=lambda: done.append(find_brokers(Root(tmp_path / "proc", tmp_path))), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert done, "reading a FIFO blocked"
+    assert any("not a regular file" in p for p in done[0][0].problems)
 
 
 @pytest.mark.parametrize(("argv", "files", "problem"), [
@@ -234,3 +257,9 @@ def test_secrets_of_the_broker_never_reach_the_log(tmp_path, caplog):
     with caplog.at_level(logging.DEBUG, logger="kdiag.broker_discovery"):
         discover(load_config(), root)
     assert caplog.records and secret not in caplog.text
+
+
+def test_a_procfs_that_cannot_be_listed_leaves_the_config_alone(tmp_path, caplog):
+    config = load_config()
+    assert discover(config, Root(tmp_path / "nonexistent", tmp_path)) is config
+    assert "broker discovery: cannot list the processes (No such file or directory)" in caplog.text
