@@ -333,11 +333,13 @@ class Engine:
         """Advance every rule to time t; returns the active diagnoses and sets `resolved`."""
         globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
         holding: dict[tuple[str, str], Diagnosis] = {}
+        # Converting signals to CEL values is the expensive part: the globals once per cycle, `it` once per subject
+        # (a fresh Context per subject cost 0.4 ms each on a 128-CPU host, 80 ms a cycle).
+        context = cel.Context(globals_)
         for each, rules in self._by_subject.items():
             for subject in signals.get(each, {}).values():
                 scope = {**globals_, "it": subject}
-                # Converting the scope to CEL values is the expensive part: once per subject, not per rule.
-                context = cel.Context(scope)
+                context.update({"it": subject})
                 for rule in rules:
                     if self._holds(rule, context):
                         self._hold(rule, subject, scope, t, holding)
