@@ -36,19 +36,18 @@ class CollectorTimeout(Exception):
 
 
 class _Worker:
-    """One collector's own long-lived daemon thread (a thread per run would be thousands an hour)."""
+    """A long-lived daemon thread running one collector at a time (a thread per run would be thousands an hour)."""
 
-    def __init__(self, collector: Collector):
-        self.collector = collector
-        self._jobs: queue.SimpleQueue[tuple[Root, queue.SimpleQueue]] = queue.SimpleQueue()
+    def __init__(self):
+        self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
         self._running = threading.Event()
-        threading.Thread(target=self._serve, name=f"collector-{collector.name}", daemon=True).start()
+        threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
 
     def _serve(self) -> None:
-        while True:
-            root, answer = self._jobs.get()
+        while (job := self._jobs.get()) is not None:
+            collector, root, answer = job
             try:
-                result: tuple[str, Any] = ("samples", self.collector.collect(root))
+                result: tuple[str, Any] = ("samples", collector.collect(root))
             except Exception as e:
                 result = ("error", e)
             self._running.clear()  # before answering: the next run must never find it busy
@@ -58,11 +57,15 @@ class _Worker:
         """Whether a run that timed out is still going."""
         return self._running.is_set()
 
-    def run(self, root: Root, timeout: float) -> list[Sample]:
+    def stop(self) -> None:
+        """End the thread once its current run is over."""
+        self._jobs.put(None)
+
+    def run(self, collector: Collector, root: Root, timeout: float) -> list[Sample]:
         """The collector's samples within timeout; CollectorTimeout past it (the run goes on, busy() says so)."""
         answer: queue.SimpleQueue = queue.SimpleQueue()
         self._running.set()
-        self._jobs.put((root, answer))
+        self._jobs.put((collector, root, answer))
         try:
             kind, value = answer.get(timeout=timeout)
         except queue.Empty:
@@ -75,15 +78,16 @@ class _Worker:
 class CollectorSet:
     """Runs a group of collectors, each isolated: one failing or hanging source never stops the others.
 
-    With a timeout, each collector runs in its own worker thread; a run past its deadline counts as failed (a blocked
-    read cannot be interrupted) and the collector is not started again while that run still goes.
+    With a timeout, the collectors run one after another in a worker thread; a run past its deadline counts as failed
+    (a blocked read cannot be interrupted), keeps that thread, and its collector is not started again while it goes.
     """
 
     def __init__(self, collectors: list[Collector], timeout: float | None = None):
         self.collectors = collectors
         self.timeout = timeout
         self.health: dict[str, Health] = {c.name: Health() for c in collectors}
-        self._workers: dict[str, _Worker] = {}
+        self._worker: _Worker | None = None
+        self._hung: dict[str, _Worker] = {}  # a collector's run past its deadline, and the worker it holds
 
     def run(self, root: Root) -> list[Sample]:
         """Samples from every collector that succeeded; failures are logged once per failure streak."""
@@ -108,12 +112,20 @@ class CollectorSet:
     def _collect(self, c: Collector, root: Root) -> list[Sample]:
         if self.timeout is None:
             return c.collect(root)
-        worker = self._workers.get(c.name)
-        if worker is not None and worker.busy():
-            raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
-        if worker is None:
-            worker = self._workers[c.name] = _Worker(c)
-        return worker.run(root, self.timeout)
+        hung = self._hung.get(c.name)
+        if hung is not None:
+            if hung.busy():
+                raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
+            self._hung.pop(c.name).stop()
+        if self._worker is None:
+            self._worker = _Worker()
+        worker = self._worker
+        try:
+            return worker.run(c, root, self.timeout)
+        except CollectorTimeout:
+            # The worker stays with the hung run; the other collectors get a new one.
+            self._hung[c.name], self._worker = worker, None
+            raise
 
     def help(self) -> dict[str, str]:
         """HELP text of every metric these collectors emit."""
