@@ -156,7 +156,7 @@ def test_a_recording_made_during_forced_fsync_names_it_offline(cluster, admin, t
         return d if d and d["state"] == "firing" else None
 
     with keyed_load(cluster["bootstrap"], ["rec-fsync"]):
-        d = wait_until(recording_names_forced_fsync, 400, "a recording whose last snapshot has forced_fsync firing on rec-fsync")
+        d = wait_until(recording_names_forced_fsync, 900, "a recording whose last snapshot has forced_fsync firing on rec-fsync")
     admin.delete_topics(["rec-fsync"])
     assert d["evidence"]["flush_messages"] == 1.0 and d["evidence"]["cluster.log_flushes_per_second"] > 5.0
 
