@@ -123,7 +123,8 @@ def test_an_interrupted_drill_reverts_its_fault(cluster):
 
 
 @breaking
-@pytest.mark.parametrize(("name", "sig"), [("forced-fsync-broker", signal.SIGINT), ("broker-kill", signal.SIGTERM)])
+@pytest.mark.parametrize(("name", "sig"), [("forced-fsync-broker", signal.SIGINT), ("broker-kill", signal.SIGTERM),
+                                           ("probe-loss", signal.SIGINT)])
 def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name, sig):
     rc, results, err = interrupt_mid_injection(name, sig)
     assert rc == 130 and results[0]["reverted"], err
@@ -133,7 +134,7 @@ def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name,
 @breaking
 @detection
 def test_cluster_drills_are_diagnosed_and_reverted(cluster):
-    names = ["forced-fsync-broker", "broker-freeze"]
+    names = ["forced-fsync-broker", "broker-freeze", "probe-loss"]
     assert_passed(drill(*names), names)
     wait_until(lambda: not cluster_whole(cluster), 60, "the cluster whole after the drills")
 
