@@ -239,19 +239,26 @@ class Runner:
     def _run_one(self, drill: Drill, result: DrillResult) -> None:
         """The drill, with its probe (when it asks for one) fed to the monitor from before the baseline to the end."""
         with ExitStack() as setup:
-            target = self.target
-            if drill.probe:
-                probe = setup.enter_context(probe_running(target, drill.probe))
-                self.monitor.probe = probe
-                setup.callback(setattr, self.monitor, "probe", None)
-                target = replace(target, probe=probe)
-                self.progress(f"drill {drill.name}: waiting for the probe on {drill.probe.topic} to be steady")
-                if not self._wait(probe.steady, 180):
-                    why = probe.health()[1]
-                    result.error = f"probe on {drill.probe.topic} not steady within 180 s" + (f": {why}" if why else "")
-                    result.reverted = True  # nothing was injected
-                    return
-            self._inject_and_revert(drill, result, target)
+            target = self._probed(drill, result, setup) if drill.probe else self.target
+            if target:
+                self._inject_and_revert(drill, result, target)
+
+    def _probed(self, drill: Drill, result: DrillResult, setup: ExitStack) -> Target | None:
+        """The target with the drill's probe steady and fed to the monitor until setup closes; None if it is not."""
+        try:
+            probe = setup.enter_context(probe_running(self.target, drill.probe))
+        except Exception as e:  # its topic could not be made: nothing to revert
+            result.error, result.reverted = f"probe topic {drill.probe.topic}: {type(e).__name__}: {e}", True
+            return None
+        self.monitor.probe = probe
+        setup.callback(setattr, self.monitor, "probe", None)
+        self.progress(f"drill {drill.name}: waiting for the probe on {drill.probe.topic} to be steady")
+        if not self._wait(probe.steady, 180):
+            why = probe.health()[1]
+            result.error = f"probe on {drill.probe.topic} not steady within 180 s" + (f": {why}" if why else "")
+            result.reverted = True  # nothing was injected
+            return None
+        return replace(self.target, probe=probe)
 
     def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target) -> None:
         m = self.monitor
