@@ -139,7 +139,7 @@ def test_cluster_drills_are_diagnosed_and_reverted(cluster):
     wait_until(lambda: not cluster_whole(cluster), 60, "the cluster whole after the drills")
 
 
-@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 8 minutes")
+@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 15 minutes")
 def test_every_drill(cluster, tmp_path):
     results = drill("--all", "--html", str(tmp_path / "drills.html"), timeout=2400)
     assert_passed([r for r in results if not r["replayed"]], [r["name"] for r in results if not r["replayed"]])
