@@ -7,6 +7,7 @@ import functools
 import os
 import re
 import sys
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "kafka.timeout": (0.1, 300),
     "kafka.max_partition_series": (0, 1_000_000),
     "kafka.expected_brokers": (0, 2**31 - 1),
+    "kafka.local_broker_id": (0, 2**31 - 1),
     "nics.*.speed_mbps": (0, 10_000_000),
     "probe.interval": (0.01, 3600),
     "probe.replication_factor": (0, 32767),
@@ -92,6 +94,14 @@ class KafkaConfig:
     jmx_ssl: bool = False
     jmx_truststore: str = ""
     jmx_truststore_password_file: str = ""
+    # The `cluster` label of Kafka series and diagnoses; empty: the cluster id describe_cluster reports.
+    cluster_name: str = ""
+    # node.id of the broker on this host; null: unknown (a load host has none).
+    local_broker_id: int | None = None
+    # Who exports cluster-scope diagnoses: auto (the daemon elected through coordination_group), always, never.
+    cluster_scope: str = "auto"
+    coordination_topic: str = "__kdiag_coordination"
+    coordination_group: str = "kdiag-coordination"
 
     @functools.cached_property
     def client_settings(self) -> ClientSettings:
@@ -104,6 +114,12 @@ class KafkaConfig:
             self.client_settings.check()
         except ClientConfigError as e:
             raise ConfigError(str(e)) from None
+        if self.cluster_scope not in ("auto", "always", "never"):
+            raise ConfigError(f"kafka.cluster_scope: {quote(self.cluster_scope)} is not auto, always or never")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.coordination_topic):
+            raise ConfigError(f"kafka.coordination_topic: {quote(self.coordination_topic)} is not a Kafka topic name")
+        if not self.coordination_group:
+            raise ConfigError("kafka.coordination_group: must not be empty")
         if self.jmx_username and not self.jmx_password_file:
             raise ConfigError("kafka.jmx_username: set kafka.jmx_password_file too")
         for name in ("jmx_password_file", "jmx_truststore", "jmx_truststore_password_file"):
@@ -182,6 +198,8 @@ class Config:
 
 def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
+    if origin is types.UnionType:  # `int | None`: null, or a value of the other type
+        return None if value is None else _convert(typing.get_args(tp)[0], value, path)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
     if tp is Duration:

@@ -114,7 +114,8 @@ def load_rules(config: Config) -> list[Rule]:
 def replay(recording: Recording, config: Config, on_step: Callable[[State], None] | None = None) -> State:
     """Run every snapshot of a recording through a fresh pipeline (each state to on_step); the last is the diagnosis."""
     collectors = CollectorSet(replay_collectors(config, recording))
-    pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window)
+    pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window,
+                        config.kafka.cluster_name, config.kafka.local_broker_id)
     state = None
     for root in recording.roots():
         state = pipeline.step(root)
@@ -172,7 +173,8 @@ class Daemon:
             for source, collector in kafka_collectors(config).items():
                 self.background.append(Background([collector], live_root, every[source], kafka_deadline(config)))
         host = recording.host if recording else socket.gethostname()
-        self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
+        self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window,
+                                 config.kafka.cluster_name, config.kafka.local_broker_id)
         path = state_path(config.state_dir, replay=recording is not None)
         self.state_file = StateFile(path, host) if path else None
         if self.state_file:
