@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from kdiag.alerts import RUNBOOK_BASE, alert_name, runbook_url
 from kdiag.http_client import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
+from kdiag.scope import diagnosis_labels, exported
 
 if TYPE_CHECKING:
     from kdiag.engine import Diagnosis
@@ -27,10 +28,14 @@ def timestamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def alert_labels(d: Diagnosis, instance: str) -> dict[str, str]:
-    """The labels of a diagnosis's alert: the same as the generated Prometheus alert's, so inhibitions apply."""
-    return {"alertname": alert_name(d.rule.id), "rule": d.rule.id, "subject": d.subject, "severity": d.rule.severity,
-            "kdiag_class": d.rule.kind, "instance": instance}
+def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, str]:
+    """The labels of a diagnosis's alert, those the inhibitions match on as in the generated Prometheus alerts.
+
+    A cluster-scope alert has no `instance`: whichever daemon reports it, it is the same alert.
+    """
+    labels = {k: v for k, v in diagnosis_labels(d, cluster).items() if k != "kind"}
+    return {"alertname": alert_name(d.rule.id), **labels, "kdiag_class": d.rule.kind,
+            **({"instance": instance} if d.rule.scope == "host" else {})}
 
 
 def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:
@@ -114,12 +119,14 @@ class AlertPusher:
         """Turn a state into the alerts to assert as firing and the ones to resolve."""
         firing: dict[Key, dict] = {}
         for d in state.diagnoses:
-            if d.state == "firing":
-                firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance),
+            if d.state == "firing" and exported(d, state.reporting):
+                firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance, state.cluster),
                                                   "annotations": alert_annotations(d, self.instance, self.runbook_base),
                                                   "startsAt": timestamp(d.since)}
         for key, alert in self._firing.items():
-            if key not in firing:
+            # A cluster-scope alert this daemon no longer reports (another daemon took over) is not resolved:
+            # the new reporter asserts the same alert.
+            if key not in firing and (key in ended or "instance" in alert["labels"]):
                 self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key, state.time))}
         for key in firing:
             self._resolving.pop(key, None)

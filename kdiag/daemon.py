@@ -41,6 +41,7 @@ from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
 from kdiag.sample import Sample
+from kdiag.scope import Member
 from kdiag.statefile import StateFile, state_path
 from kdiag.webserver import Exporter
 
@@ -190,6 +191,13 @@ class Daemon:
         self._probe_last_ok: float | None = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
             self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
+        self.coordinator = None
+        if config.kafka.bootstrap_servers and not recording:
+            from kdiag.coordination import Coordinator
+
+            k = config.kafka
+            self.coordinator = Coordinator(k.bootstrap_servers, k.client_settings, Member(host, k.local_broker_id),
+                                           k.coordination_topic, k.coordination_group, k.cluster_scope, k.timeout)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alertmanager import AlertPusher
@@ -213,6 +221,8 @@ class Daemon:
         threading.Thread(target=self._watchdog, name="shutdown-watchdog", daemon=True).start()
         if self.probe:
             self.probe.start()
+        if self.coordinator:
+            self.coordinator.start()
         if self.pusher:
             self.pusher.start()
         log.info("kdiag serving on %s (every %.3gs, %d rules)", self.config.listen, interval, len(self.rules))
@@ -223,6 +233,8 @@ class Daemon:
         return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.probe else {})}
 
     def _publish(self, state: State) -> None:
+        if self.coordinator:
+            state.reporting = self.coordinator.reporting()
         self.published.publish(state, self._help())
         if self.state_file:
             self.state_file.save(state.diagnoses)
@@ -273,6 +285,8 @@ class Daemon:
                 self.reload()
             time.sleep(0.2)
         self.scheduler.shutdown(wait=False)
+        if self.coordinator:
+            self.coordinator.stop()  # leaves the group: another daemon takes the cluster-scope diagnoses over at once
         for background in self.background:
             for collector in background.collectors.collectors:
                 # The JMX collector keeps a JVM reader per broker: stop them with the daemon.

@@ -78,7 +78,11 @@ class StateCollector:
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
         info = Metric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
-        return [success, duration, last, error, cycle, info]
+        reporting = Metric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
+                           "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
+        reporting.add_sample("kdiag_cluster_reporting", {"cluster": self.state.cluster} if self.state.cluster else {},
+                             float(self.state.reporting.reporting))
+        return [success, duration, last, error, cycle, info, reporting]
 
     def _diagnoses(self):
         active = Metric("kdiag_diagnosis_active",

@@ -130,7 +130,8 @@ def test_pusher_alerts_carry_the_dynamic_summary_and_resolve(alertmanager: str) 
                          "the pushed alerts, the symptom marked inhibited")
         pushed = got["KdiagSmallPacketStorm"]
         assert pushed["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
-                                    "severity": "warning", "kdiag_class": "cause", "instance": instance}
+                                    "severity": "warning", "kdiag_class": "cause", "instance": instance,
+                                    "scope": "host"}
         assert pushed["annotations"]["summary"] == cause.summary
         assert json.loads(pushed["annotations"]["evidence"]) == cause.evidence
         assert pushed["annotations"]["remediation"] == RULES["small_packet_storm"].remediation
