@@ -57,7 +57,7 @@ def test_export_cli_writes_what_is_committed(tmp_path: Path, capsys: pytest.Capt
 
 def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
     rules = alerts.prometheus_rules(RULES)["groups"][0]["rules"]
-    assert sorted(a["labels"]["rule"] for a in rules) == sorted(BY_ID)
+    assert sorted(a["labels"]["rule"] for a in rules if a["alert"] != alerts.EXPLAINS_ALERT) == sorted(BY_ID)
     storm = next(a for a in rules if a["labels"]["rule"] == "small_packet_storm")
     assert storm["alert"] == "KdiagSmallPacketStorm" and alerts.alert_name("nic_irq_on_cpu0") == "KdiagNicIrqOnCpu0"
     assert storm["expr"] == 'kdiag_diagnosis_active{rule="small_packet_storm"} == 1'
@@ -65,6 +65,10 @@ def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
     assert storm["labels"] == {"severity": "warning", "kdiag_class": "cause", "rule": "small_packet_storm"}
     assert set(storm["annotations"]) == {"summary", "description", "remediation", "runbook_url"}
     assert storm["annotations"]["runbook_url"].endswith("/docs/RULES.md#small_packet_storm")
+    # A cluster-scope alert is the same alert whichever daemon reports it (and while two do, during a handover).
+    skew = next(a for a in rules if a["labels"]["rule"] == "partition_skew")
+    assert skew["expr"] == 'max without (instance, job) (kdiag_diagnosis_active{rule="partition_skew"}) == 1'
+    assert "in cluster {{ $labels.cluster }}" in skew["annotations"]["summary"]
 
 
 def test_runbook_anchors_exist_in_the_docs() -> None:
@@ -75,17 +79,20 @@ def test_runbook_anchors_exist_in_the_docs() -> None:
 
 def test_inhibitions_follow_the_explains_lists() -> None:
     inhibit = yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]
-    got = {i["source_matchers"][0]: i["target_matchers"][0] for i in inhibit}
+    got = {(i["source_matchers"][1], i["source_matchers"][2]): (i["target_matchers"][0], i["equal"]) for i in inhibit}
+    assert all(i["source_matchers"][0] == 'alertname="KdiagExplains"' for i in inhibit)
     explained = "probe_latency_high|softirq_core_saturated|softnet_backlog_drops|tcp_retransmits_high"
-    assert got['rule="small_packet_storm"'] == f'rule=~"{explained}"'
-    assert len(got) == sum(1 for r in RULES if r.kind == "cause" and r.explains)
-    assert all(i["equal"] == ["instance"] for i in inhibit)
+    # The same broker of the same cluster; tied to no broker: a host cause on its instance, a cluster cause cluster-wide.
+    assert got[('rule="small_packet_storm"', 'broker=~".+"')] == (f'rule=~"{explained}"', ["cluster", "broker"])
+    assert got[('rule="small_packet_storm"', 'broker=""')] == (f'rule=~"{explained}"', ["instance"])
+    assert got[('rule="broker_down"', 'broker=""')][1] == ["cluster"]
+    assert len(got) == 2 * sum(1 for r in RULES if r.kind == "cause" and r.explains)
 
 
 def test_promtool_checks_the_rules() -> None:
     out = subprocess.run([binary("promtool"), "check", "rules", str(PROMETHEUS)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {len(RULES)} rules found" in out.stdout
+    assert f"SUCCESS: {len(RULES) + 1} rules found" in out.stdout  # and KdiagExplains
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -164,7 +171,8 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         wait_until(lambda: receiver.bodies, 10, "the first post")
         (alert,) = receiver.bodies[0]
         assert alert["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
-                                   "severity": "warning", "kdiag_class": "cause", "instance": "broker-1"}
+                                   "severity": "warning", "kdiag_class": "cause", "instance": "broker-1",
+                                   "scope": "host"}
         notes = alert["annotations"]
         assert notes["summary"] == "eth0 is dynamic 123" and json.loads(notes["evidence"]) == {"x": 1.5, "cmd": "tar"}
         assert notes["remediation"] == BY_ID["small_packet_storm"].remediation and "broker-1" in notes["description"]
