@@ -111,6 +111,7 @@ class Coordinator:
                     self._failed(e)
                     self._stop.wait(RETRY_AFTER)
         finally:
+            log.info("leaving coordination group %s", self.group)
             if self._consumer is not None:
                 # A clean LeaveGroup hands partition 0 over at once instead of after session.timeout.ms.
                 with contextlib.suppress(Exception):
@@ -171,6 +172,9 @@ class Coordinator:
         admin.poll(0)  # serves error_cb and the log lines for self.errors
         held = holder(description, self.topic)
         mine = self._consumer is not None and held is not None and held[0] == self._consumer.memberid()
+        if mine != self._mine:
+            log.info("%s cluster-scope diagnoses (coordination group %s)", "now reporting" if mine else "no longer reporting",
+                     self.group)
         with self._lock:
             self._reporter = member_of(held[1]) if held else None
             self._mine, self._seen = mine, time.monotonic()
