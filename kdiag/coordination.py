@@ -146,7 +146,9 @@ class Coordinator:
         consumer = Consumer(self._conf({
             "group.id": self.group, "session.timeout.ms": SESSION_TIMEOUT_MS,
             "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS, "enable.auto.commit": False,
-            "auto.offset.reset": "latest", "partition.assignment.strategy": "range"}))
+            "auto.offset.reset": "latest",
+            # Sticky: a daemon joining (a restart elsewhere) leaves partition 0, and the reporter, where they are.
+            "partition.assignment.strategy": "cooperative-sticky"}))
         consumer.subscribe([self.topic])
         log.info("joined coordination group %s on topic %s as %s", self.group, self.topic, client_id(self.me))
         return consumer

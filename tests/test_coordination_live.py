@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 
@@ -40,7 +44,9 @@ def delete_topic(bootstrap: str, topic: str, group: str) -> None:
     """Drop the test's topic and group; only after every client that knew them is closed (librdkafka #5093)."""
     gc.collect()
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.delete_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+    # The coordinator takes the members' LeaveGroups asynchronously: the group may be non-empty for a moment.
+    wait_until(lambda: admin.delete_consumer_groups([group], request_timeout=10)[group].exception(timeout=15) is None,
+               60, f"group {group} deleted")
     admin.delete_topics([topic], operation_timeout=10)[topic].result(timeout=15)
 
 
@@ -70,3 +76,50 @@ def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
         for c in coordinators:
             c.stop()
         delete_topic(bootstrap, topic, group)
+
+
+KILLED = """
+import sys, threading
+from kdiag.coordination import Coordinator
+from kdiag.kafka_client import ClientSettings
+from kdiag.scope import Member
+Coordinator(sys.argv[1], ClientSettings(), Member("killed", 9), sys.argv[2], sys.argv[3]).start()
+threading.Event().wait()
+"""
+
+
+def test_a_killed_reporter_is_replaced_after_the_session_timeout(kafka_lab: dict) -> None:
+    """SIGKILL: no LeaveGroup, so the group notices only when the session times out."""
+    bootstrap = kafka_lab["bootstrap"]
+    tag = f"scope-kill-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{tag}-topic", f"{tag}-group"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    victim = subprocess.Popen([sys.executable, "-c", KILLED, bootstrap, topic, group], env=env)
+    observer = Coordinator(bootstrap, ClientSettings(), Member("observer", None), topic, group, mode="never")
+    survivor = Coordinator(bootstrap, ClientSettings(), Member("survivor", 1), topic, group)
+    try:
+        observer.start()  # cluster_scope: never only looks at the group
+        wait_until(lambda: observer.reporting().reporter == Member("killed", 9), 120, "the first member reporting")
+        survivor.start()
+        # The sticky assignor leaves partition 0 where it is when a member joins.
+        wait_until(lambda: len(group_members(bootstrap, group)) == 2, 60, "the survivor in the group")
+        assert survivor.reporting().reporter == Member("killed", 9) and not observer.reporting().reporting
+        t0 = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(30)
+        wait_until(lambda: survivor.reporting().reporting, 120, "the survivor to take over")
+        print(f"\nhandover after SIGKILL of the reporter: {time.monotonic() - t0:.1f} s "
+              f"(session timeout {SESSION_TIMEOUT_MS / 1000:g} s)")
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait(30)
+        survivor.stop()
+        observer.stop()
+        delete_topic(bootstrap, topic, group)
+
+
+def group_members(bootstrap: str, group: str) -> list:
+    """The group's members as the coordinator describes them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15).members

@@ -125,6 +125,6 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
         # Only now that every client that saw them is closed (librdkafka #5093): drop the test's topics and group.
         gc.collect()
         coordination = f"__kdiag_coordination_{tag}"
-        for name, future in admin.delete_topics([topic, coordination], operation_timeout=30).items():
+        for future in admin.delete_topics([topic, coordination], operation_timeout=30).values():
             future.exception(timeout=60)
         admin.delete_consumer_groups([f"kdiag-{tag}"], request_timeout=30)[f"kdiag-{tag}"].exception(timeout=60)
