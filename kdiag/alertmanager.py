@@ -9,9 +9,9 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from kdiag.alerts import RUNBOOK_BASE, alert_name, runbook_url
+from kdiag.alerts import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
 from kdiag.http_client import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
-from kdiag.scope import diagnosis_labels, exported
+from kdiag.scope import diagnosis_labels, explains_labels, exported
 
 if TYPE_CHECKING:
     from kdiag.engine import Diagnosis
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]
+Key = tuple[str, ...]  # (rule, subject), and the broker for a KdiagExplains alert
 BACKOFF_START = 1.0
 
 
@@ -123,11 +123,17 @@ class AlertPusher:
                 firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance, state.cluster),
                                                   "annotations": alert_annotations(d, self.instance, self.runbook_base),
                                                   "startsAt": timestamp(d.since)}
+                # The inhibition sources the generated Alertmanager config matches, as Prometheus would send them.
+                for source in explains_labels(d, state.cluster):
+                    labels = {"alertname": EXPLAINS_ALERT, **source, "kdiag_class": INHIBITOR_CLASS,
+                              **({"instance": self.instance} if d.rule.scope == "host" else {})}
+                    firing[(d.rule.id, d.subject, source.get("broker", ""))] = {
+                        "labels": labels, "annotations": {}, "startsAt": timestamp(d.since)}
         for key, alert in self._firing.items():
             # A cluster-scope alert this daemon no longer reports (another daemon took over) is not resolved:
             # the new reporter asserts the same alert.
-            if key not in firing and (key in ended or "instance" in alert["labels"]):
-                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key, state.time))}
+            if key not in firing and (key[:2] in ended or "instance" in alert["labels"]):
+                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key[:2], state.time))}
         for key in firing:
             self._resolving.pop(key, None)
         self._firing = firing

@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from kdiag import __version__
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
-from kdiag.scope import diagnosis_labels, exported, with_cluster
+from kdiag.scope import diagnosis_labels, explains_labels, exported, with_cluster
 
 MAX_REASON = 300
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
@@ -98,10 +98,8 @@ class StateCollector:
             for signal, value in d.evidence.items():
                 if isinstance(value, float):
                     evidence.add_sample("kdiag_diagnosis_evidence", {**which, "signal": signal}, value)
-            if d.rule.kind == "cause" and d.rule.explains and d.state == "firing":
-                common = {k: v for k, v in labels.items() if k not in ("broker", "kind", "severity")}
-                for broker in sorted(d.brokers or [None], key=str):
-                    explains.add_sample("kdiag_diagnosis_explains", {**common, **({"broker": broker} if broker else {})}, 1.0)
+            for source in explains_labels(d, self.state.cluster):
+                explains.add_sample("kdiag_diagnosis_explains", source, 1.0)
         return [active, evidence, explains]
 
 

@@ -87,3 +87,12 @@ def diagnosis_json(d: Diagnosis, cluster: str, reporting: Reporting, me: Member 
         who = me if reporting.reporting else reporting.reporter
         out["reported_by"] = who.to_json() if who else None
     return out
+
+
+def explains_labels(d: Diagnosis, cluster: str) -> list[dict[str, str]]:
+    """Labels of the kdiag_diagnosis_explains series (inhibition sources) of a firing cause: one per broker it
+    concerns, or one without `broker` when it concerns none; none for other diagnoses."""
+    if d.rule.kind != "cause" or not d.rule.explains or d.state != "firing":
+        return []
+    common = {k: v for k, v in diagnosis_labels(d, cluster).items() if k not in ("broker", "kind", "severity")}
+    return [{**common, **({"broker": b} if b else {})} for b in sorted(d.brokers or [""], key=lambda b: (len(b), b))]

@@ -169,10 +169,13 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         pending = Diagnosis(BY_ID["tcp_retransmits_high"], "host", 1764430010.0, "pending")
         pusher.offer(State("h", 1764430020.0, [], {}, {}, [d, pending]))
         wait_until(lambda: receiver.bodies, 10, "the first post")
-        (alert,) = receiver.bodies[0]
+        alert, source = receiver.bodies[0]
         assert alert["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
                                    "severity": "warning", "kdiag_class": "cause", "instance": "broker-1",
                                    "scope": "host"}
+        # A cause that explains others comes with its inhibition source, as Prometheus would send it.
+        assert source["labels"] == {"alertname": "KdiagExplains", "rule": "small_packet_storm", "subject": "eth0",
+                                    "scope": "host", "kdiag_class": "inhibitor", "instance": "broker-1"}
         notes = alert["annotations"]
         assert notes["summary"] == "eth0 is dynamic 123" and json.loads(notes["evidence"]) == {"x": 1.5, "cmd": "tar"}
         assert notes["remediation"] == BY_ID["small_packet_storm"].remediation and "broker-1" in notes["description"]
@@ -182,8 +185,9 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         d.ended = 1764430030.0
         pusher.offer(State("h", 1764430030.0, [], {}, {}, [], [d]))
         wait_until(lambda: len(receiver.bodies) == 2, 10, "the resolving post")
-        (resolved,) = receiver.bodies[1]
+        resolved, resolved_source = receiver.bodies[1]
         assert resolved["labels"] == alert["labels"] and resolved["endsAt"] == "2025-11-29T15:27:10.000Z"
+        assert resolved_source["labels"] == source["labels"] and resolved_source["endsAt"] == resolved["endsAt"]
         pusher.offer(State("h", 1764430035.0, [], {}, {}, []))
         time.sleep(0.3)
         assert len(receiver.bodies) == 2
@@ -210,7 +214,7 @@ def test_pusher_backs_off_logs_once_and_recovers(monkeypatch: pytest.MonkeyPatch
         assert len(warnings) == 1
         receiver = Receiver(port)
         wait_until(lambda: receiver.bodies, 10, "a post once Alertmanager is back")
-        assert [a["labels"]["subject"] for a in receiver.bodies[0]] == ["eth199"]
+        assert {a["labels"]["subject"] for a in receiver.bodies[0]} == {"eth199"}  # the cause and its inhibition source
         assert any("reachable again" in r.getMessage() for r in caplog.records)
     finally:
         pusher.stop()
