@@ -145,3 +145,40 @@ def test_pusher_alerts_carry_the_dynamic_summary_and_resolve(alertmanager: str) 
         wait_until(lambda: alerts(alertmanager, instance) == {}, 30, "the resolved alerts to leave Alertmanager")
     finally:
         pusher.stop()
+
+
+def test_a_cause_mutes_symptoms_of_its_brokers_from_any_daemon_and_no_others(alertmanager: str) -> None:
+    """Two daemons push: a host cause on broker 2's host and a topic cause on broker 1 mute another daemon's probe
+    symptoms for brokers 2 and 1, and leave broker 3's alone."""
+    from kdiag.scope import Reporting
+
+    cluster, now = f"fleet-{free_port()}", time.time()
+    scanner = diagnosis("foreign_io_scanner", "pid 4711 tar", now - 60, "tar reads the log dir", {})
+    scanner.brokers = frozenset({"2"})  # host scope on broker 2's host (kafka.local_broker_id: 2)
+    skew = diagnosis("partition_skew", f"{cluster}-topic", now - 60, "skewed", {})
+    skew.brokers = frozenset({"1"})
+    symptoms = [diagnosis("probe_latency_high", f"broker {b}", now - 50, "slow", {}) for b in (1, 2, 3)]
+    for b, d in enumerate(symptoms, start=1):
+        d.brokers = frozenset({str(b)})
+    pushers = {name: AlertPusher(alertmanager, f"{cluster}-{name}", resend_interval=60.0, timeout=5.0) for name in "ab"}
+    for p in pushers.values():
+        p.start()
+    try:
+        pushers["a"].offer(State(f"{cluster}-a", now, [], {}, {}, [scanner, skew], [], cluster, 2, Reporting(True, None)))
+        pushers["b"].offer(State(f"{cluster}-b", now, [], {}, {}, symptoms, [], cluster, 3, Reporting(False, None)))
+
+        def muted() -> dict | None:
+            got = {a["labels"]["subject"]: a for a in get_json(f"{alertmanager}/api/v2/alerts?filter="
+                                                              + f'instance="{cluster}-b"'.replace('"', "%22"))}
+            return got if len(got) == 3 and got["broker 1"]["status"]["inhibitedBy"] \
+                and got["broker 2"]["status"]["inhibitedBy"] else None
+
+        got = wait_until(muted, 30, "broker 1's and broker 2's symptoms inhibited")
+        assert got["broker 3"]["status"]["state"] == "active" and got["broker 3"]["status"]["inhibitedBy"] == []
+        sources = {a["fingerprint"]: a["labels"] for a in get_json(
+            f"{alertmanager}/api/v2/alerts?filter=" + 'alertname="KdiagExplains"'.replace('"', "%22"))}
+        assert sources[got["broker 1"]["status"]["inhibitedBy"][0]]["rule"] == "partition_skew"
+        assert sources[got["broker 2"]["status"]["inhibitedBy"][0]]["rule"] == "foreign_io_scanner"
+    finally:
+        for p in pushers.values():
+            p.stop()
