@@ -146,7 +146,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     from kdiag.daemon import load_rules
 
     for r in load_rules(_config(args)):
-        print(f"{r.id:28} {r.kind:8} {r.severity:9} each {r.each:6} {r.source[:60]}")
+        print(f"{r.id:28} {r.kind:8} {r.severity:9} each {r.each:6} {r.scope:7} {r.source[:60]}")
     return 0
 
 

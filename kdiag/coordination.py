@@ -102,10 +102,9 @@ class Coordinator:
             while not self._stop.is_set():
                 try:
                     admin = admin or AdminClient(self._conf({}))
-                    if self._consumer is None:
+                    if self._consumer is None and self.mode == "auto":  # `never` only looks at the group
                         self._ensure_topic(admin)
-                        if self.mode == "auto":
-                            self._consumer = self._join()
+                        self._consumer = self._join()
                     self._loop(admin)
                 except Exception as e:  # the election never takes the daemon down: it only stops reporting
                     self._failed(e)
