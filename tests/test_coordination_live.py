@@ -101,9 +101,10 @@ def test_a_killed_reporter_is_replaced_after_the_session_timeout(kafka_lab: dict
         observer.start()  # cluster_scope: never only looks at the group
         wait_until(lambda: observer.reporting().reporter == Member("killed", 9), 120, "the first member reporting")
         survivor.start()
-        # The sticky assignor leaves partition 0 where it is when a member joins.
         wait_until(lambda: len(group_members(bootstrap, group)) == 2, 60, "the survivor in the group")
-        assert survivor.reporting().reporter == Member("killed", 9) and not observer.reporting().reporting
+        # The join's rebalance settles with partition 0 where it was (the sticky assignor).
+        wait_until(lambda: survivor.reporting().reporter == Member("killed", 9), 60, "the survivor naming the reporter")
+        assert not survivor.reporting().reporting and not observer.reporting().reporting
         t0 = time.monotonic()
         victim.send_signal(signal.SIGKILL)
         victim.wait(30)
