@@ -11,6 +11,7 @@ from the cluster, it must assume the others have elected someone else.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -116,6 +117,10 @@ class Coordinator:
                 with contextlib.suppress(Exception):
                     self._consumer.close()
                 self._consumer = None
+            # The AdminClient is destroyed here, on this Python thread: failed futures keep their exceptions, whose
+            # frames keep the client, and a garbage collection on a librdkafka thread destroying it aborts the process.
+            gc.collect()
+            del admin
 
     def _conf(self, base: dict[str, Any]) -> dict[str, Any]:
         ms = int(self.timeout * 1000)

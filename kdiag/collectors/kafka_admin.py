@@ -8,6 +8,7 @@ dict through `Root.kafka("admin", ...)`, so a replay derives exactly the samples
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections import Counter
 from concurrent.futures import Future
@@ -399,16 +400,21 @@ class KafkaAdminCollector:
         try:
             state = fetch_admin_state(self.admin(), self.timeout)
         except (KafkaException, TimeoutError) as e:
-            admin, self._admin = self._admin, None
-            # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
-            # metadata refresh, minutes away): a fresh client asks the live brokers again.
-            if admin is not None:
-                admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
-            reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
-            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
-        self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
-        self.errors.clear()
-        return state
+            failure = self.settings.redact(f"{type(e).__name__}: {e}")
+        else:
+            self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
+            self.errors.clear()
+            return state
+        # librdkafka keeps waiting for a controller it learnt before that broker died (until its next metadata
+        # refresh, minutes away): a fresh client asks the live brokers again. The old one is released here, on this
+        # Python thread, and no exception chain keeps it: left to the garbage collector it could be destroyed on
+        # whichever thread collects, a librdkafka one included, and rd_kafka_destroy() there aborts the process.
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
+        gc.collect()  # frees the failure's cycles (a future holding its exception, whose frames hold the client)
+        del admin
+        raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {self.errors.reason() or failure}")
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
