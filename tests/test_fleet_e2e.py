@@ -24,46 +24,48 @@ from waiting import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 INTERVAL = 5.0  # the daemons' default cycle; the handover is judged in cycles
+LAST_CYCLE = "kdiag_last_cycle_timestamp_seconds"
 
 
 def daemon_config(path: Path, bootstrap: str, broker: int, tag: str) -> Path:
     """A daemon on broker `broker`'s host, in the test's own coordination group (other helpers share the lab)."""
     path.write_text(yaml.safe_dump({
         "interval": f"{INTERVAL:g}s", "state_dir": "", "probe": {"enabled": False},
-        "kafka": {"bootstrap_servers": bootstrap, "interval": f"{INTERVAL:g}s", "local_broker_id": broker,
+        # The shared lab may hold hundreds of other tests' topics and a loaded CI machine answers slowly.
+        "kafka": {"bootstrap_servers": bootstrap, "interval": f"{INTERVAL:g}s", "timeout": "30s", "local_broker_id": broker,
                   "coordination_topic": f"__kdiag_coordination_{tag}", "coordination_group": f"kdiag-{tag}"}}))
     return path
 
 
 def scrape(address: str) -> dict:
     """{(name, frozenset(labels)): value} of one daemon's /metrics."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=60) as r:  # a loaded machine is slow
         text = r.read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
+def skew_active(metrics: dict, topic: str) -> bool:
+    """Whether one daemon's metrics export partition_skew for the topic as firing."""
+    return any(name == "kdiag_diagnosis_active" and dict(labels)["rule"] == "partition_skew"
+               and dict(labels)["subject"] == topic and value == 1.0 for (name, labels), value in metrics.items())
+
+
 def exporting(addresses: list[str], topic: str) -> list[str]:
     """The daemons exporting partition_skew for the topic as firing."""
-    out = []
-    for a in addresses:
-        for (name, labels), value in scrape(a).items():
-            got = dict(labels)
-            if name == "kdiag_diagnosis_active" and got["rule"] == "partition_skew" and got["subject"] == topic \
-                    and value == 1.0:
-                out.append(a)
-    return out
+    return [a for a in addresses if skew_active(scrape(a), topic)]
 
 
 def skew_alerts(alertmanager: str, topic: str) -> list[dict]:
     """Alertmanager's KdiagPartitionSkew alerts for the topic."""
-    found = get_json(f"{alertmanager}/api/v2/alerts?filter=" + 'alertname="KdiagPartitionSkew"'.replace('"', "%22"))
+    found = get_json(f"{alertmanager}/api/v2/alerts?filter=" + 'alertname="KdiagPartitionSkew"'.replace('"', "%22"),
+                     timeout=60)
     return [a for a in found if a["labels"].get("subject") == topic]
 
 
 def listed(address: str, topic: str) -> dict | None:
     """The daemon's /api/diagnoses entry of partition_skew for the topic."""
-    data = get_json(f"http://{address}/api/diagnoses")
+    data = get_json(f"http://{address}/api/diagnoses", timeout=60)
     return next((d for d in data["diagnoses"] if d["rule"] == "partition_skew" and d["subject"] == topic), None)
 
 
@@ -85,7 +87,7 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
             procs.append(stack.procs[-1])
         prometheus = stack.prometheus(addresses, [ROOT / "deploy" / "prometheus" / "kdiag-alerts.yml"], alertmanager)
         with keyed_load(bootstrap, [topic], rate=200.0):
-            first = wait_until(lambda: (e := exporting(addresses, topic)) and e, 240,
+            first = wait_until(lambda: (e := exporting(addresses, topic)) and e, 600,
                                "partition_skew exported by a daemon", stack.logs)
             assert len(first) == 1, first
             reporter = first[0]
@@ -100,17 +102,24 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
             (alert,) = wait_until(lambda: skew_alerts(alertmanager, topic), 90, "the alert in Alertmanager", stack.logs)
             assert "instance" not in alert["labels"] and alert["labels"]["broker"] == "1"
 
+            rest = [a for a in addresses if a != reporter]
+            cycles: dict[str, set[float]] = {a: {scrape(a)[LAST_CYCLE, frozenset()]} for a in rest}
             t0 = time.monotonic()
             procs[addresses.index(reporter)].terminate()
-            rest = [a for a in addresses if a != reporter]
             overlaps = 0
-            while not (now := exporting(rest, topic)):
-                assert time.monotonic() - t0 < 120, "no daemon took partition_skew over within 120 s"
+            while True:
+                metrics = {a: scrape(a) for a in rest}
+                for a, m in metrics.items():
+                    cycles[a].add(m[LAST_CYCLE, frozenset()])
+                if now := [a for a in rest if skew_active(metrics[a], topic)]:
+                    break
+                assert time.monotonic() - t0 < 300, "no daemon took partition_skew over within 300 s"
                 time.sleep(0.2)
-            handover = time.monotonic() - t0
-            print(f"\nhandover after stopping the reporter: {handover:.1f} s = {handover / INTERVAL:.1f} cycles of "
-                  f"{INTERVAL:g} s")
-            assert handover < 3 * INTERVAL + 5.0, handover  # three cycles, plus the stopped process's own exit
+            handover, taken = time.monotonic() - t0, len(cycles[now[0]]) - 1
+            print(f"\nhandover after stopping the reporter: {handover:.1f} s, {taken} cycle(s) of the new reporter "
+                  f"(interval {INTERVAL:g} s)")
+            # Judged in the new reporter's own cycles, which a loaded machine stretches well past the interval.
+            assert taken <= 3, (handover, taken)
             # For a while after: exactly one exporter, and Alertmanager keeps exactly one alert.
             deadline = time.monotonic() + 10 * INTERVAL
             while time.monotonic() < deadline:
