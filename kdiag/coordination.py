@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 SESSION_TIMEOUT_MS = 6000  # the brokers' default group.min.session.timeout.ms: the shortest they allow
 HEARTBEAT_INTERVAL_MS = 1000
 DESCRIBE_EVERY = 1.0  # seconds between looks at who holds partition 0
+# A look slower than this is a failed look (the session timeout judges); it also bounds how long a stop waits for
+# the thread to close the consumer, whose LeaveGroup hands partition 0 over at once.
+DESCRIBE_TIMEOUT = 3.0
 RETRY_AFTER = 5.0  # seconds between attempts while the cluster does not answer
 CLIENT_ID_PREFIX = "kdiag/"
 
@@ -173,8 +176,8 @@ class Coordinator:
                     self._failed(e)
 
     def _look(self, admin: Any) -> None:
-        futures = admin.describe_consumer_groups([self.group], request_timeout=self.timeout)
-        description = futures[self.group].result(timeout=self.timeout)
+        futures = admin.describe_consumer_groups([self.group], request_timeout=DESCRIBE_TIMEOUT)
+        description = futures[self.group].result(timeout=DESCRIBE_TIMEOUT + 1.0)
         admin.poll(0)  # serves error_cb and the log lines for self.errors
         held = holder(description, self.topic)
         mine = self._consumer is not None and held is not None and held[0] == self._consumer.memberid()
