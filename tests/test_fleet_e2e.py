@@ -9,9 +9,11 @@ alert stays exactly one. The handover time is printed (run with -s to see it).
 from __future__ import annotations
 
 import gc
+import re
 import time
 import urllib.request
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -69,6 +71,19 @@ def listed(address: str, topic: str) -> dict | None:
     return next((d for d in data["diagnoses"] if d["rule"] == "partition_skew" and d["subject"] == topic), None)
 
 
+def election(logs: list[Path]) -> str:
+    """Seconds from the first `leaving coordination group` line to the `now reporting` line after it."""
+    stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO kdiag.coordination: (leaving|now reporting)")
+    events = sorted(m.groups() for p in logs if p.exists() for line in p.read_text(errors="replace").splitlines()
+                    if (m := stamp.match(line)))
+    left = next((t for t, what in events if what == "leaving"), None)
+    taken = next((t for t, what in events if what == "now reporting" and left and t > left), None)
+    if not (left and taken):
+        return "not in the logs"
+    seconds = (datetime.strptime(taken, "%Y-%m-%d %H:%M:%S,%f") - datetime.strptime(left, "%Y-%m-%d %H:%M:%S,%f"))
+    return f"{seconds.total_seconds():.1f} s"
+
+
 def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tmp_path: Path) -> None:
     if kafka_lab["brokers"] < 3:
         pytest.skip("needs a 3-broker lab: kdiag lab up --brokers 3")
@@ -118,6 +133,7 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
             handover, taken = time.monotonic() - t0, len(cycles[now[0]]) - 1
             print(f"\nhandover after stopping the reporter: {handover:.1f} s, {taken} cycle(s) of the new reporter "
                   f"(interval {INTERVAL:g} s)")
+            print(f"election (the old reporter leaving -> the new one reporting, from their logs): {election(stack.logs)}")
             # Judged in the new reporter's own cycles, which a loaded machine stretches well past the interval.
             assert taken <= 3, (handover, taken)
             # For a while after: exactly one exporter, and Alertmanager keeps exactly one alert.
