@@ -153,4 +153,7 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
         coordination = f"__kdiag_coordination_{tag}"
         for future in admin.delete_topics([topic, coordination], operation_timeout=30).values():
             future.exception(timeout=60)
-        admin.delete_consumer_groups([f"kdiag-{tag}"], request_timeout=30)[f"kdiag-{tag}"].exception(timeout=60)
+        # The coordinator takes the daemons' LeaveGroups (or their session timeouts) asynchronously.
+        group = f"kdiag-{tag}"
+        wait_until(lambda: admin.delete_consumer_groups([group], request_timeout=30)[group].exception(timeout=60) is None,
+                   60, f"group {group} deleted")
