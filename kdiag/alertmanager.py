@@ -9,8 +9,9 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from kdiag.alerts import RUNBOOK_BASE, alert_name, runbook_url
+from kdiag.alerts import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
 from kdiag.http_client import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
+from kdiag.scope import diagnosis_labels, explains_labels, exported
 
 if TYPE_CHECKING:
     from kdiag.engine import Diagnosis
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Key = tuple[str, str]
+Key = tuple[str, ...]  # (rule, subject), and the broker for a KdiagExplains alert
 BACKOFF_START = 1.0
 
 
@@ -27,10 +28,14 @@ def timestamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def alert_labels(d: Diagnosis, instance: str) -> dict[str, str]:
-    """The labels of a diagnosis's alert: the same as the generated Prometheus alert's, so inhibitions apply."""
-    return {"alertname": alert_name(d.rule.id), "rule": d.rule.id, "subject": d.subject, "severity": d.rule.severity,
-            "kdiag_class": d.rule.kind, "instance": instance}
+def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, str]:
+    """The labels of a diagnosis's alert, those the inhibitions match on as in the generated Prometheus alerts.
+
+    A cluster-scope alert has no `instance`: whichever daemon reports it, it is the same alert.
+    """
+    labels = {k: v for k, v in diagnosis_labels(d, cluster).items() if k != "kind"}
+    return {"alertname": alert_name(d.rule.id), **labels, "kdiag_class": d.rule.kind,
+            **({"instance": instance} if d.rule.scope == "host" else {})}
 
 
 def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:
@@ -114,13 +119,21 @@ class AlertPusher:
         """Turn a state into the alerts to assert as firing and the ones to resolve."""
         firing: dict[Key, dict] = {}
         for d in state.diagnoses:
-            if d.state == "firing":
-                firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance),
+            if d.state == "firing" and exported(d, state.reporting):
+                firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance, state.cluster),
                                                   "annotations": alert_annotations(d, self.instance, self.runbook_base),
                                                   "startsAt": timestamp(d.since)}
+                # The inhibition sources the generated Alertmanager config matches, as Prometheus would send them.
+                for source in explains_labels(d, state.cluster):
+                    labels = {"alertname": EXPLAINS_ALERT, **source, "kdiag_class": INHIBITOR_CLASS,
+                              **({"instance": self.instance} if d.rule.scope == "host" else {})}
+                    firing[(d.rule.id, d.subject, source.get("broker", ""))] = {
+                        "labels": labels, "annotations": {}, "startsAt": timestamp(d.since)}
         for key, alert in self._firing.items():
-            if key not in firing:
-                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key, state.time))}
+            # A cluster-scope alert this daemon no longer reports (another daemon took over) is not resolved:
+            # the new reporter asserts the same alert.
+            if key not in firing and (key[:2] in ended or "instance" in alert["labels"]):
+                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key[:2], state.time))}
         for key in firing:
             self._resolving.pop(key, None)
         self._firing = firing

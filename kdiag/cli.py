@@ -117,7 +117,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     else:
         # Live: sample a short window so rates and `for` durations have something to stand on.
         pipeline = Pipeline(CollectorSet(recorded_collectors(config)), load_rules(config), socket.gethostname(),
-                            config.history, min(config.signal_window, args.duration))
+                            config.history, min(config.signal_window, args.duration), config.kafka.cluster_name,
+                            config.kafka.local_broker_id)
         root = Root(config.procfs, config.sysfs)
         steps = max(2, int(args.duration // args.step) + 1)
         print(f"sampling {steps} times, every {args.step:g}s ...", file=sys.stderr, flush=True)
@@ -156,7 +157,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     from kdiag.daemon import load_rules
 
     for r in load_rules(_config(args)):
-        print(f"{r.id:28} {r.kind:8} {r.severity:9} each {r.each:6} {r.source[:60]}")
+        print(f"{r.id:28} {r.kind:8} {r.severity:9} each {r.each:6} {r.scope:7} {r.source[:60]}")
     return 0
 
 

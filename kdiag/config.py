@@ -96,6 +96,12 @@ class KafkaConfig:
     jmx_ssl: bool = False
     jmx_truststore: str = ""
     jmx_truststore_password_file: str = ""
+    # The `cluster` label of Kafka series and diagnoses; empty: the cluster id describe_cluster reports.
+    cluster_name: str = ""
+    # Who exports cluster-scope diagnoses: auto (the daemon elected through coordination_group), always, never.
+    cluster_scope: str = "auto"
+    coordination_topic: str = "__kdiag_coordination"
+    coordination_group: str = "kdiag-coordination"
 
     @functools.cached_property
     def client_settings(self) -> ClientSettings:
@@ -108,6 +114,12 @@ class KafkaConfig:
             self.client_settings.check()
         except ClientConfigError as e:
             raise ConfigError(str(e)) from None
+        if self.cluster_scope not in ("auto", "always", "never"):
+            raise ConfigError(f"kafka.cluster_scope: {quote(self.cluster_scope)} is not auto, always or never")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.coordination_topic):
+            raise ConfigError(f"kafka.coordination_topic: {quote(self.coordination_topic)} is not a Kafka topic name")
+        if not self.coordination_group:
+            raise ConfigError("kafka.coordination_group: must not be empty")
         if self.jmx_username and not self.jmx_password_file:
             raise ConfigError("kafka.jmx_username: set kafka.jmx_password_file too")
         for name in ("jmx_password_file", "jmx_truststore", "jmx_truststore_password_file"):

@@ -41,6 +41,7 @@ from kdiag.probe import ProbeService
 from kdiag.recording import Recording
 from kdiag.root import Root
 from kdiag.sample import Sample
+from kdiag.scope import Member
 from kdiag.statefile import StateFile, state_path
 from kdiag.webserver import Exporter
 
@@ -114,7 +115,8 @@ def load_rules(config: Config) -> list[Rule]:
 def replay(recording: Recording, config: Config, on_step: Callable[[State], None] | None = None) -> State:
     """Run every snapshot of a recording through a fresh pipeline (each state to on_step); the last is the diagnosis."""
     collectors = CollectorSet(replay_collectors(config, recording))
-    pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window)
+    pipeline = Pipeline(collectors, load_rules(config), recording.host, config.history, config.signal_window,
+                        config.kafka.cluster_name, config.kafka.local_broker_id)
     state = None
     for root in recording.roots():
         state = pipeline.step(root)
@@ -172,7 +174,8 @@ class Daemon:
             for source, collector in kafka_collectors(config).items():
                 self.background.append(Background([collector], live_root, every[source], kafka_deadline(config)))
         host = recording.host if recording else socket.gethostname()
-        self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
+        self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window,
+                                 config.kafka.cluster_name, config.kafka.local_broker_id)
         path = state_path(config.state_dir, replay=recording is not None)
         self.state_file = StateFile(path, host) if path else None
         if self.state_file:
@@ -188,6 +191,13 @@ class Daemon:
         self._probe_last_ok: float | None = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
             self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
+        self.coordinator = None
+        if config.kafka.bootstrap_servers and not recording:
+            from kdiag.coordination import Coordinator
+
+            k = config.kafka
+            self.coordinator = Coordinator(k.bootstrap_servers, k.client_settings, Member(host, k.local_broker_id),
+                                           k.coordination_topic, k.coordination_group, k.cluster_scope, k.timeout)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alertmanager import AlertPusher
@@ -211,6 +221,8 @@ class Daemon:
         threading.Thread(target=self._watchdog, name="shutdown-watchdog", daemon=True).start()
         if self.probe:
             self.probe.start()
+        if self.coordinator:
+            self.coordinator.start()
         if self.pusher:
             self.pusher.start()
         log.info("kdiag serving on %s (every %.3gs, %d rules)", self.config.listen, interval, len(self.rules))
@@ -221,6 +233,8 @@ class Daemon:
         return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.probe else {})}
 
     def _publish(self, state: State) -> None:
+        if self.coordinator:
+            state.reporting = self.coordinator.reporting()
         self.published.publish(state, self._help())
         if self.state_file:
             self.state_file.save(state.diagnoses)
@@ -271,6 +285,8 @@ class Daemon:
                 self.reload()
             time.sleep(0.2)
         self.scheduler.shutdown(wait=False)
+        if self.coordinator:
+            self.coordinator.stop()  # leaves the group: another daemon takes the cluster-scope diagnoses over at once
         for background in self.background:
             for collector in background.collectors.collectors:
                 # The JMX collector keeps a JVM reader per broker: stop them with the daemon.

@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 
 KINDS = ("cause", "symptom", "lint")
 SEVERITIES = ("info", "warning", "critical")
-RULE_KEYS = {"id", "kind", "severity", "each", "when", "for", "summary", "evidence", "explains",
+SCOPES = ("host", "cluster")
+# A rule's scope when it names none: facts every daemon of a cluster sees alike are the cluster's; the rest
+# (this host, its local broker's JMX, its own probe) are the host's.
+CLUSTER_SUBJECTS = ("topic", "group", "cluster")
+RULE_KEYS = {"id", "kind", "severity", "each", "scope", "when", "for", "summary", "evidence", "explains",
              "remediation", "source"}
 REQUIRED_KEYS = ("id", "kind", "severity", "each", "when", "summary", "remediation", "source")
 TEXT_KEYS = REQUIRED_KEYS
@@ -99,6 +103,12 @@ class Rule:
     explains: list[str] = field(default_factory=list)
     file: str = ""
     line: int = 0
+    scope: str = "host"
+
+
+def default_scope(each: str) -> str:
+    """The scope of a rule over `each` subjects that names none."""
+    return "cluster" if each in CLUSTER_SUBJECTS else "host"
 
 
 def references(expression: str) -> list[tuple[str, str, int]]:
@@ -185,8 +195,9 @@ class _Loader:
         self.check_types(data, nodes, rid)
         if len(self.errors) > before:
             return None
-        for key, allowed in (("kind", KINDS), ("severity", SEVERITIES), ("each", tuple(SUBJECT_KINDS))):
-            if data[key] not in allowed:
+        for key, allowed in (("kind", KINDS), ("severity", SEVERITIES), ("each", tuple(SUBJECT_KINDS)),
+                             ("scope", SCOPES)):
+            if key in data and data[key] not in allowed:
                 self.error(nodes[key], rid, f"{key} {quote(data[key])} is not one of {', '.join(allowed)}")
         try:
             for_seconds = parse_duration(data.get("for", 0))
@@ -208,7 +219,7 @@ class _Loader:
                     program=program, summary=data["summary"], remediation=data["remediation"].strip(),
                     source=data["source"], for_seconds=for_seconds, evidence=evidence,
                     explains=data.get("explains") or [], file=str(self.path),
-                    line=node.start_mark.line + 1)
+                    line=node.start_mark.line + 1, scope=data.get("scope") or default_scope(data["each"]))
 
     def check_types(self, data: dict, nodes: dict[str, yaml.Node], rid: str) -> None:
         """Text where text is expected, lists of text for evidence and explains, a bounded condition."""
@@ -320,8 +331,10 @@ def render(template: str, scope: dict[str, Signals]) -> str:
 class Engine:
     """Evaluates a catalog over successive signal snapshots, keeping each diagnosis's state."""
 
-    def __init__(self, rules: list[Rule]):
+    def __init__(self, rules: list[Rule], local_broker: int | None = None):
         self.rules = rules
+        # A host-scope diagnosis not about given brokers is about this host's broker (kafka.local_broker_id).
+        self.local_brokers = frozenset({str(local_broker)}) if local_broker is not None else None
         self._by_subject: dict[str, list[Rule]] = {}
         for rule in rules:
             self._by_subject.setdefault(rule.each, []).append(rule)
@@ -361,7 +374,10 @@ class Engine:
         d.summary = render(rule.summary, scope)
         d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
                       for var, name in rule.evidence if name in scope[var]}
-        d.brokers = frozenset(str(subject["on_brokers"]).split(",")) if "on_brokers" in subject else None
+        if "on_brokers" in subject:
+            d.brokers = frozenset(str(subject["on_brokers"]).split(","))
+        else:
+            d.brokers = self.local_brokers if rule.scope == "host" else None
         holding[key] = d
 
     def _holds(self, rule: Rule, context: cel.Context) -> bool:

@@ -12,6 +12,7 @@ from prometheus_client.core import Metric
 from kdiag import __version__
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
+from kdiag.scope import diagnosis_labels, explains_labels, exported, with_cluster
 
 MAX_REASON = 300
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
@@ -48,7 +49,7 @@ class StateCollector:
     def collect(self):
         """Every sample of the state, collector health and diagnoses, as metric families."""
         families: dict[str, Metric] = {}
-        for s in self.state.samples:
+        for s in with_cluster(self.state.samples, self.state.cluster):
             family = histogram_family(s.name) if s.kind == HISTOGRAM else s.name
             fam = families.get(family)
             if fam is None:
@@ -77,20 +78,29 @@ class StateCollector:
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
         info = Metric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
-        return [success, duration, last, error, cycle, info]
+        reporting = Metric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
+                           "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
+        reporting.add_sample("kdiag_cluster_reporting", {"cluster": self.state.cluster} if self.state.cluster else {},
+                             float(self.state.reporting.reporting))
+        return [success, duration, last, error, cycle, info, reporting]
 
     def _diagnoses(self):
         active = Metric("kdiag_diagnosis_active",
                         "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
         evidence = Metric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
-        for d in self.state.diagnoses:
-            labels = {"rule": d.rule.id, "subject": d.subject, "kind": d.rule.kind, "severity": d.rule.severity}
+        explains = Metric("kdiag_diagnosis_explains", "1 per broker a firing cause concerns (one series without `broker` "
+                          "when it concerns no broker): the source of the generated Alertmanager inhibitions", "gauge")
+        # A cluster-scope diagnosis is exported by the elected daemon only; the others list it in /api/diagnoses.
+        for d in (d for d in self.state.diagnoses if exported(d, self.state.reporting)):
+            labels = diagnosis_labels(d, self.state.cluster)
             active.add_sample("kdiag_diagnosis_active", labels, 1.0 if d.state == "firing" else 0.0)
+            which = {k: labels[k] for k in ("rule", "subject", "cluster") if k in labels}
             for signal, value in d.evidence.items():
                 if isinstance(value, float):
-                    evidence.add_sample("kdiag_diagnosis_evidence",
-                                        {"rule": d.rule.id, "subject": d.subject, "signal": signal}, value)
-        return [active, evidence]
+                    evidence.add_sample("kdiag_diagnosis_evidence", {**which, "signal": signal}, value)
+            for source in explains_labels(d, self.state.cluster):
+                explains.add_sample("kdiag_diagnosis_explains", source, 1.0)
+        return [active, evidence, explains]
 
 
 def failing_lines(state: State) -> bytes:

@@ -15,6 +15,7 @@ from kdiag.engine import Diagnosis, Engine, Rule
 from kdiag.history import History
 from kdiag.root import Root
 from kdiag.sample import Sample
+from kdiag.scope import Member, Reporting, cluster_of, diagnosis_json
 from kdiag.signals import Signals
 from kdiag.subject_kinds import compute_signals
 
@@ -143,19 +144,28 @@ class State:
     signals: dict[str, dict[str, Signals]]
     diagnoses: list[Diagnosis]
     resolved: list[Diagnosis] = field(default_factory=list)
+    cluster: str = ""  # the `cluster` label (kdiag.scope.cluster_of); empty while unknown
+    local_broker: int | None = None
+    reporting: Reporting = field(default_factory=Reporting)  # set by the daemon from its coordinator
 
     def to_json(self) -> dict[str, Any]:
-        """The contract shape of `kdiag diagnose --format json` and /api/diagnoses."""
-        return {"host": self.host, "time": self.time, "diagnoses": [d.to_json() for d in self.diagnoses]}
+        """The contract shape of `kdiag diagnose --format json` and /api/diagnoses (plus scope fields)."""
+        me = Member(self.host, self.local_broker)
+        return {"host": self.host, "time": self.time,
+                "diagnoses": [diagnosis_json(d, self.cluster, self.reporting, me) for d in self.diagnoses]}
 
 
 class Pipeline:
     """Collectors -> history -> signals -> rules, one step per snapshot."""
 
     def __init__(self, collectors: CollectorSet, rules: list[Rule], host: str,
-                 history_seconds: float = 900.0, window: float = 30.0):
+                 history_seconds: float = 900.0, window: float = 30.0, cluster_name: str = "",
+                 local_broker: int | None = None):
         self.collectors = collectors
-        self.engine = Engine(rules)
+        self.local_broker = local_broker
+        self.engine = Engine(rules, local_broker)
+        self.cluster_name = cluster_name
+        self.cluster = cluster_name
         self.history = History(history_seconds)
         self.host = host
         self.window = window
@@ -178,7 +188,7 @@ class Pipeline:
         """Evaluate a new catalog from the next step on, keeping the state of diagnoses whose rule it still has."""
         by_id = {r.id: r for r in rules}
         with self._lock:
-            engine = Engine(rules)
+            engine = Engine(rules, self.local_broker)
             engine.active = {key: dataclasses.replace(d, rule=by_id[key[0]])
                              for key, d in self.engine.active.items() if key[0] in by_id}
             self.engine = engine
@@ -188,6 +198,7 @@ class Pipeline:
         """Collect at root.now() (plus samples gathered elsewhere), then derive signals and diagnoses."""
         t = root.now()
         samples = self.collectors.run(root) + list(extra or [])
+        self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
         with self._lock:
             self.history.add(t, samples)
             signals = compute_signals(self.history, self.window)
@@ -201,4 +212,4 @@ class Pipeline:
             resolved = self.engine.resolved
         health = {**self.collectors.health, **(extra_health or {})}
         return State(self.host, t, samples, {k: Health(**vars(v)) for k, v in health.items()}, signals,
-                     diagnoses, resolved)
+                     diagnoses, resolved, self.cluster, self.local_broker)

@@ -175,14 +175,17 @@ class Stack:
             self._ready(f"{url}/-/ready", "Alertmanager /-/ready")
         return url.removeprefix("http://")
 
-    def prometheus(self, target: str, rule_files: list[Path] = (), alertmanager: str | None = None) -> str:
-        """Prometheus scraping target every second (and evaluating rule_files every second); returns its base URL."""
+    def prometheus(self, target: str | list[str], rule_files: list[Path] = (), alertmanager: str | None = None) -> str:
+        """Prometheus scraping the target(s) every second (and evaluating rule_files every second); returns its base URL."""
+        targets = [target] if isinstance(target, str) else target
         if self.shared:
-            self.shared.add_target(target, list(rule_files), alertmanager is not None)
-            self.targets.append(target)
+            for t in targets:
+                self.shared.add_target(t, list(rule_files), alertmanager is not None)
+                self.targets.append(t)
             return self.shared.prometheus
-        url = start_prometheus(self.workdir, prometheus_config({"kdiag": target}, [str(p) for p in rule_files],
-                                                               alertmanager), self._start)
+        jobs = {"kdiag": target} if isinstance(target, str) else {f"kdiag-{t}": t for t in targets}
+        url = start_prometheus(self.workdir, prometheus_config(jobs, [str(p) for p in rule_files], alertmanager),
+                               self._start)
         self._ready(f"{url}/-/ready", "Prometheus /-/ready")
         return url
 

@@ -57,7 +57,7 @@ def test_export_cli_writes_what_is_committed(tmp_path: Path, capsys: pytest.Capt
 
 def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
     rules = alerts.prometheus_rules(RULES)["groups"][0]["rules"]
-    assert sorted(a["labels"]["rule"] for a in rules) == sorted(BY_ID)
+    assert sorted(a["labels"]["rule"] for a in rules if a["alert"] != alerts.EXPLAINS_ALERT) == sorted(BY_ID)
     storm = next(a for a in rules if a["labels"]["rule"] == "small_packet_storm")
     assert storm["alert"] == "KdiagSmallPacketStorm" and alerts.alert_name("nic_irq_on_cpu0") == "KdiagNicIrqOnCpu0"
     assert storm["expr"] == 'kdiag_diagnosis_active{rule="small_packet_storm"} == 1'
@@ -65,6 +65,10 @@ def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
     assert storm["labels"] == {"severity": "warning", "kdiag_class": "cause", "rule": "small_packet_storm"}
     assert set(storm["annotations"]) == {"summary", "description", "remediation", "runbook_url"}
     assert storm["annotations"]["runbook_url"].endswith("/docs/RULES.md#small_packet_storm")
+    # A cluster-scope alert is the same alert whichever daemon reports it (and while two do, during a handover).
+    skew = next(a for a in rules if a["labels"]["rule"] == "partition_skew")
+    assert skew["expr"] == 'max without (instance, job) (kdiag_diagnosis_active{rule="partition_skew"}) == 1'
+    assert "in cluster {{ $labels.cluster }}" in skew["annotations"]["summary"]
 
 
 def test_runbook_anchors_exist_in_the_docs() -> None:
@@ -75,17 +79,20 @@ def test_runbook_anchors_exist_in_the_docs() -> None:
 
 def test_inhibitions_follow_the_explains_lists() -> None:
     inhibit = yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]
-    got = {i["source_matchers"][0]: i["target_matchers"][0] for i in inhibit}
+    got = {(i["source_matchers"][1], i["source_matchers"][2]): (i["target_matchers"][0], i["equal"]) for i in inhibit}
+    assert all(i["source_matchers"][0] == 'alertname="KdiagExplains"' for i in inhibit)
     explained = "probe_latency_high|softirq_core_saturated|softnet_backlog_drops|tcp_retransmits_high"
-    assert got['rule="small_packet_storm"'] == f'rule=~"{explained}"'
-    assert len(got) == sum(1 for r in RULES if r.kind == "cause" and r.explains)
-    assert all(i["equal"] == ["instance"] for i in inhibit)
+    # The same broker of the same cluster; tied to no broker: a host cause on its instance, a cluster cause cluster-wide.
+    assert got[('rule="small_packet_storm"', 'broker=~".+"')] == (f'rule=~"{explained}"', ["cluster", "broker"])
+    assert got[('rule="small_packet_storm"', 'broker=""')] == (f'rule=~"{explained}"', ["instance"])
+    assert got[('rule="broker_down"', 'broker=""')][1] == ["cluster"]
+    assert len(got) == 2 * sum(1 for r in RULES if r.kind == "cause" and r.explains)
 
 
 def test_promtool_checks_the_rules() -> None:
     out = subprocess.run([binary("promtool"), "check", "rules", str(PROMETHEUS)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {len(RULES)} rules found" in out.stdout
+    assert f"SUCCESS: {len(RULES) + 1} rules found" in out.stdout  # and KdiagExplains
 
 
 def test_promtool_unit_tests_pass() -> None:
@@ -162,9 +169,13 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         pending = Diagnosis(BY_ID["tcp_retransmits_high"], "host", 1764430010.0, "pending")
         pusher.offer(State("h", 1764430020.0, [], {}, {}, [d, pending]))
         wait_until(lambda: receiver.bodies, 10, "the first post")
-        (alert,) = receiver.bodies[0]
+        alert, source = receiver.bodies[0]
         assert alert["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
-                                   "severity": "warning", "kdiag_class": "cause", "instance": "broker-1"}
+                                   "severity": "warning", "kdiag_class": "cause", "instance": "broker-1",
+                                   "scope": "host"}
+        # A cause that explains others comes with its inhibition source, as Prometheus would send it.
+        assert source["labels"] == {"alertname": "KdiagExplains", "rule": "small_packet_storm", "subject": "eth0",
+                                    "scope": "host", "kdiag_class": "inhibitor", "instance": "broker-1"}
         notes = alert["annotations"]
         assert notes["summary"] == "eth0 is dynamic 123" and json.loads(notes["evidence"]) == {"x": 1.5, "cmd": "tar"}
         assert notes["remediation"] == BY_ID["small_packet_storm"].remediation and "broker-1" in notes["description"]
@@ -174,8 +185,9 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         d.ended = 1764430030.0
         pusher.offer(State("h", 1764430030.0, [], {}, {}, [], [d]))
         wait_until(lambda: len(receiver.bodies) == 2, 10, "the resolving post")
-        (resolved,) = receiver.bodies[1]
+        resolved, resolved_source = receiver.bodies[1]
         assert resolved["labels"] == alert["labels"] and resolved["endsAt"] == "2025-11-29T15:27:10.000Z"
+        assert resolved_source["labels"] == source["labels"] and resolved_source["endsAt"] == resolved["endsAt"]
         pusher.offer(State("h", 1764430035.0, [], {}, {}, []))
         time.sleep(0.3)
         assert len(receiver.bodies) == 2
@@ -202,7 +214,7 @@ def test_pusher_backs_off_logs_once_and_recovers(monkeypatch: pytest.MonkeyPatch
         assert len(warnings) == 1
         receiver = Receiver(port)
         wait_until(lambda: receiver.bodies, 10, "a post once Alertmanager is back")
-        assert [a["labels"]["subject"] for a in receiver.bodies[0]] == ["eth199"]
+        assert {a["labels"]["subject"] for a in receiver.bodies[0]} == {"eth199"}  # the cause and its inhibition source
         assert any("reachable again" in r.getMessage() for r in caplog.records)
     finally:
         pusher.stop()

@@ -62,7 +62,9 @@ def test_diagnose_json_contract(swapping, capsys):
     assert data["time"] == T0 + 80
     keys = {"rule", "subject", "kind", "severity", "state", "since", "summary", "evidence", "remediation", "explains"}
     for d in data["diagnoses"]:
-        assert set(d) == keys
+        # The contract's keys, plus the fleet fields (scope; cluster and reported_by where they apply).
+        assert keys <= set(d) <= keys | {"scope", "cluster", "reported_by"}
+        assert d["scope"] in ("host", "cluster")
         assert d["state"] in ("firing", "pending")
         assert d["kind"] in ("cause", "symptom", "lint")
         assert isinstance(d["evidence"], dict) and isinstance(d["explains"], list)

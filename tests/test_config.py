@@ -109,12 +109,26 @@ def test_unknown_key_from_an_override():
     ("kafka:\n  jmx: [b1:9999, 7]\n", "kafka.jmx[1]: expected a string, got 7"),
     ("processes: [1, 2]\n", "processes: expected a mapping, got list"),
     ("kafka: null\n", "kafka: expected a mapping, got NoneType"),
+    ("kafka:\n  local_broker_id: two\n", "kafka.local_broker_id: expected an integer, got 'two'"),
+    ("kafka:\n  local_broker_id: [1]\n", "kafka.local_broker_id: expected an integer, got [1]"),
+    ("kafka:\n  local_broker_id: -1\n", "kafka.local_broker_id: -1 is out of range (expected from 0 to"),
+    ("kafka:\n  cluster_scope: sometimes\n", "kafka.cluster_scope: 'sometimes' is not auto, always or never"),
+    ("kafka:\n  cluster_scope: true\n", "kafka.cluster_scope: expected a string, got True"),
+    ("kafka:\n  coordination_topic: 'a b'\n", "kafka.coordination_topic: 'a b' is not a Kafka topic name"),
+    ("kafka:\n  coordination_group: ''\n", "kafka.coordination_group: must not be empty"),
 ])
 def test_bad_values_fail_with_the_path(tmp_path, text, fragment):
     f = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(f)
     assert str(info.value).startswith(f"{f}: {fragment}")
+
+
+def test_fleet_keys(tmp_path):
+    config = load_config(write(tmp_path, "kafka:\n  local_broker_id: 3\n  cluster_name: prod\n  cluster_scope: never\n"))
+    assert (config.kafka.local_broker_id, config.kafka.cluster_name, config.kafka.cluster_scope) == (3, "prod", "never")
+    unset = load_config(write(tmp_path, "kafka:\n  local_broker_id: null\n"))
+    assert unset.kafka.local_broker_id is None and unset.kafka.cluster_scope == "auto"
 
 
 def test_bool_is_not_a_duration(tmp_path):

@@ -77,9 +77,11 @@ def alerting(stack: Stack, alertmanager: str) -> dict:
 
 
 def alerts(alertmanager: str, instance: str) -> dict[str, dict]:
-    """Alertmanager's current alerts for one instance (active, inhibited or silenced), by alert name."""
+    """Alertmanager's current alerts for one instance (active, inhibited or silenced), by alert name; an inhibition
+    source (KdiagExplains) by alert name and rule."""
     found = get_json(f"{alertmanager}/api/v2/alerts?filter=" + f'instance="{instance}"'.replace('"', "%22"))
-    return {a["labels"]["alertname"]: a for a in found}
+    return {a["labels"]["alertname"] + ("/" + a["labels"]["rule"] if a["labels"]["alertname"] == "KdiagExplains" else ""): a
+            for a in found}
 
 
 def test_cause_alert_carries_the_diagnosis_and_mutes_the_symptom_it_explains(alerting: dict) -> None:
@@ -102,7 +104,8 @@ def test_cause_alert_carries_the_diagnosis_and_mutes_the_symptom_it_explains(ale
     assert notes["runbook_url"].endswith("/docs/RULES.md#small_packet_storm")
     assert " rx_avg_packet_bytes=130 " in notes["description"]
     assert symptom["status"]["state"] == "suppressed"
-    assert symptom["status"]["inhibitedBy"] == [cause["fingerprint"]]
+    # The cause's inhibition source: it concerns no broker (a replay without kafka.local_broker_id), so its instance.
+    assert symptom["status"]["inhibitedBy"] == [got["KdiagExplains/small_packet_storm"]["fingerprint"]]
     assert symptom["annotations"]["summary"] == f"host on {instance}: 5.0% of 30000 TCP segments/s are retransmitted"
     # A lint explains nothing and is explained by nothing: it stays active.
     assert got["KdiagSwappinessHigh"]["status"]["inhibitedBy"] == []
@@ -125,19 +128,57 @@ def test_pusher_alerts_carry_the_dynamic_summary_and_resolve(alertmanager: str) 
     try:
         pusher.offer(State(instance, now, [], {}, {}, [cause, symptom]))
         # Alertmanager marks inhibitions asynchronously: an alert may be listed before its inhibitedBy is set.
-        got = wait_until(lambda: (a := alerts(alertmanager, instance)) and len(a) == 2
+        got = wait_until(lambda: (a := alerts(alertmanager, instance)) and len(a) == 3
                          and a["KdiagTcpRetransmitsHigh"]["status"]["inhibitedBy"] and a, 30,
                          "the pushed alerts, the symptom marked inhibited")
         pushed = got["KdiagSmallPacketStorm"]
         assert pushed["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
-                                    "severity": "warning", "kdiag_class": "cause", "instance": instance}
+                                    "severity": "warning", "kdiag_class": "cause", "instance": instance,
+                                    "scope": "host"}
         assert pushed["annotations"]["summary"] == cause.summary
         assert json.loads(pushed["annotations"]["evidence"]) == cause.evidence
         assert pushed["annotations"]["remediation"] == RULES["small_packet_storm"].remediation
-        assert got["KdiagTcpRetransmitsHigh"]["status"]["inhibitedBy"] == [pushed["fingerprint"]]
+        assert got["KdiagTcpRetransmitsHigh"]["status"]["inhibitedBy"] == [got["KdiagExplains/small_packet_storm"]["fingerprint"]]
 
         cause.ended = symptom.ended = time.time()
         pusher.offer(State(instance, cause.ended, [], {}, {}, [], [cause, symptom]))
         wait_until(lambda: alerts(alertmanager, instance) == {}, 30, "the resolved alerts to leave Alertmanager")
     finally:
         pusher.stop()
+
+
+def test_a_cause_mutes_symptoms_of_its_brokers_from_any_daemon_and_no_others(alertmanager: str) -> None:
+    """Two daemons push: a host cause on broker 2's host and a topic cause on broker 1 mute another daemon's probe
+    symptoms for brokers 2 and 1, and leave broker 3's alone."""
+    from kdiag.scope import Reporting
+
+    cluster, now = f"fleet-{free_port()}", time.time()
+    scanner = diagnosis("foreign_io_scanner", "pid 4711 tar", now - 60, "tar reads the log dir", {})
+    scanner.brokers = frozenset({"2"})  # host scope on broker 2's host (kafka.local_broker_id: 2)
+    skew = diagnosis("partition_skew", f"{cluster}-topic", now - 60, "skewed", {})
+    skew.brokers = frozenset({"1"})
+    symptoms = [diagnosis("probe_latency_high", f"broker {b}", now - 50, "slow", {}) for b in (1, 2, 3)]
+    for b, d in enumerate(symptoms, start=1):
+        d.brokers = frozenset({str(b)})
+    pushers = {name: AlertPusher(alertmanager, f"{cluster}-{name}", resend_interval=60.0, timeout=5.0) for name in "ab"}
+    for p in pushers.values():
+        p.start()
+    try:
+        pushers["a"].offer(State(f"{cluster}-a", now, [], {}, {}, [scanner, skew], [], cluster, 2, Reporting(True, None)))
+        pushers["b"].offer(State(f"{cluster}-b", now, [], {}, {}, symptoms, [], cluster, 3, Reporting(False, None)))
+
+        def muted() -> dict | None:
+            got = {a["labels"]["subject"]: a for a in get_json(f"{alertmanager}/api/v2/alerts?filter="
+                                                              + f'instance="{cluster}-b"'.replace('"', "%22"))}
+            return got if len(got) == 3 and got["broker 1"]["status"]["inhibitedBy"] \
+                and got["broker 2"]["status"]["inhibitedBy"] else None
+
+        got = wait_until(muted, 30, "broker 1's and broker 2's symptoms inhibited")
+        assert got["broker 3"]["status"]["state"] == "active" and got["broker 3"]["status"]["inhibitedBy"] == []
+        sources = {a["fingerprint"]: a["labels"] for a in get_json(
+            f"{alertmanager}/api/v2/alerts?filter=" + 'alertname="KdiagExplains"'.replace('"', "%22"))}
+        assert sources[got["broker 1"]["status"]["inhibitedBy"][0]]["rule"] == "partition_skew"
+        assert sources[got["broker 2"]["status"]["inhibitedBy"][0]]["rule"] == "foreign_io_scanner"
+    finally:
+        for p in pushers.values():
+            p.stop()

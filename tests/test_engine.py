@@ -361,3 +361,28 @@ def test_daemon_refuses_a_rule_of_the_wrong_type_at_startup(tmp_path):
     assert result.returncode == 1
     assert f"{rules}:5:9: rule 'busy_nic': when: expected text, got 5\n" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_scope_defaults_by_subject_and_is_checked(tmp_path):
+    assert {r.id: r.scope for r in rules_from(tmp_path, NIC_RULE)} == {"busy_nic": "host", "slow": "host"}
+    topic = """\
+- id: many
+  kind: lint
+  severity: info
+  each: topic
+  when: it.partitions > 1.0
+  summary: x
+  remediation: x
+  source: tests
+"""
+    assert rules_from(tmp_path, topic)[0].scope == "cluster"
+    assert rules_from(tmp_path, topic.replace("each: topic", "each: topic\n  scope: host"))[0].scope == "host"
+    with pytest.raises(CatalogError, match=r"rules\.yaml:5:10: rule 'many': scope 'fleet' is not one of host, cluster"):
+        rules_from(tmp_path, topic.replace("each: topic", "each: topic\n  scope: fleet"))
+
+
+def test_shipped_rules_name_their_scope():
+    rules = load_catalog([default_rules_dir()])
+    text = "".join(p.read_text() for p in default_rules_dir().glob("*.yaml"))
+    assert text.count("\n  scope: ") == len(rules)
+    assert {r.id for r in rules if r.scope == "cluster"} >= {"partition_skew", "broker_down", "consumer_lag_growing"}

@@ -225,10 +225,79 @@ def test_diagnoses_exported(tmp_path):
     fams = families(render_metrics(state, {}).decode())
     active = {s.labels["rule"]: s for s in samples(fams, "kdiag_diagnosis_active")}
     assert active["swap_hog"].value == 1.0 and active["swap_slow"].value == 0.0
-    assert active["swap_hog"].labels == {"rule": "swap_hog", "subject": "host", "kind": "cause", "severity": "warning"}
+    assert active["swap_hog"].labels == {"rule": "swap_hog", "subject": "host", "kind": "cause", "severity": "warning",
+                                         "scope": "host"}
     evidence = samples(fams, "kdiag_diagnosis_evidence")
     assert [(s.labels, s.value) for s in evidence] == [
         ({"rule": "swap_hog", "subject": "host", "signal": "host.swap_used_bytes"}, 1000.0)]
+
+
+SKEW_RULE = """\
+- id: skew
+  kind: cause
+  severity: warning
+  each: topic
+  when: it.leader_skew_ratio > 2.0
+  summary: "{it.name} skewed"
+  evidence: [it.leader_skew_ratio]
+  explains: [slow]
+  remediation: none
+  source: tests
+- id: slow
+  kind: symptom
+  severity: warning
+  each: probe
+  when: it.produce_p99_seconds > 1.0
+  summary: x
+  remediation: none
+  source: tests
+- id: swap
+  kind: cause
+  severity: warning
+  each: host
+  when: host.swap_used_bytes > 100.0
+  explains: [slow]
+  summary: x
+  remediation: none
+  source: tests
+"""
+
+
+def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by_all(tmp_path):
+    """Kafka series get `cluster`; a topic diagnosis is exported only while reporting, yet always in the JSON."""
+    from kdiag.engine import Engine
+    from kdiag.sample import sample
+    from kdiag.scope import Member, Reporting
+
+    (tmp_path / "r.yaml").write_text(SKEW_RULE)
+    rules = load_catalog([tmp_path / "r.yaml"])
+    assert {r.id: r.scope for r in rules} == {"skew": "cluster", "slow": "host", "swap": "host"}
+    signals = {"host": {"host": {"name": "host", "swap_used_bytes": 1000.0}},
+               "topic": {"t": {"name": "t", "leader_skew_ratio": 3.0, "on_brokers": "1,3"}},
+               "probe": {"2": {"name": "broker 2", "produce_p99_seconds": 2.0, "on_brokers": "2"}}}
+    diagnoses = Engine(rules, local_broker=2).evaluate(0.0, signals)
+    kafka = [sample("kdiag_kafka_brokers", 3), sample("kdiag_kafka_cluster_info", 1, cluster_id="abc")]
+    other = Member("other-host", 1)
+    for reporting, exported in ((Reporting(True, None), True), (Reporting(False, other), False)):
+        state = State("h", 0.0, kafka, {}, signals, diagnoses, [], "abc", 2, reporting)
+        fams = families(render_metrics(state, {}).decode())
+        active = {s.labels["rule"]: s.labels for s in samples(fams, "kdiag_diagnosis_active")}
+        assert active["slow"] == {"rule": "slow", "subject": "broker 2", "kind": "symptom", "severity": "warning",
+                                  "scope": "host", "cluster": "abc", "broker": "2"}
+        # A host cause on broker 2's host concerns broker 2: it can mute broker 2's symptoms anywhere in the cluster.
+        assert active["swap"]["broker"] == "2" and active["swap"]["cluster"] == "abc"
+        assert ("skew" in active) is exported
+        explains = sorted(tuple(sorted(s.labels.items())) for s in samples(fams, "kdiag_diagnosis_explains"))
+        skew = [("cluster", "abc"), ("rule", "skew"), ("scope", "cluster"), ("subject", "t")]
+        swap = [("cluster", "abc"), ("rule", "swap"), ("scope", "host"), ("subject", "host")]
+        assert explains == sorted([tuple(sorted([*skew, ("broker", "1")])), tuple(sorted([*skew, ("broker", "3")])),
+                                   tuple(sorted([*swap, ("broker", "2")]))][0 if exported else 2:])
+        assert {s.labels.get("cluster") for s in samples(fams, "kdiag_kafka_brokers")} == {"abc"}
+        listed = {d["rule"]: d for d in state.to_json()["diagnoses"]}
+        assert listed["skew"]["scope"] == "cluster" and listed["skew"]["cluster"] == "abc"
+        assert listed["skew"]["reported_by"] == ({"host": "h", "broker_id": 2} if exported
+                                                 else {"host": "other-host", "broker_id": 1})
+        assert "reported_by" not in listed["slow"] and "cluster" not in listed["swap"]
 
 
 def test_a_failing_collector_says_why_in_a_metric_and_on_healthz(server, live_state):

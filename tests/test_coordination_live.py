@@ -1,0 +1,126 @@
+"""The reporter election on the lab: one reporter among three coordinators, and a handover when it stops."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from waiting import wait_until
+
+from kdiag.coordination import SESSION_TIMEOUT_MS, Coordinator, client_id, member_of
+from kdiag.kafka_client import ClientSettings
+from kdiag.scope import Member
+
+pytestmark = pytest.mark.kafka
+
+
+def test_client_id_names_the_daemon() -> None:
+    for me in (Member("broker-1.example", 1), Member("loadhost", None)):
+        assert member_of(client_id(me)) == me
+    assert member_of("rdkafka") is None
+
+
+def reporters(coordinators: list[Coordinator]) -> list[Coordinator]:
+    return [c for c in coordinators if c.reporting().reporting]
+
+
+def agreed(coordinators: list[Coordinator]) -> Coordinator | None:
+    """The one reporter, once every coordinator names it; None before."""
+    now = reporters(coordinators)
+    if len(now) != 1:
+        return None
+    who = now[0].me
+    return now[0] if all(c.reporting().reporter == who for c in coordinators) else None
+
+
+def delete_topic(bootstrap: str, topic: str, group: str) -> None:
+    """Drop the test's topic and group; only after every client that knew them is closed (librdkafka #5093)."""
+    gc.collect()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # The coordinator takes the members' LeaveGroups asynchronously: the group may be non-empty for a moment.
+    wait_until(lambda: admin.delete_consumer_groups([group], request_timeout=10)[group].exception(timeout=15) is None,
+               60, f"group {group} deleted")
+    admin.delete_topics([topic], operation_timeout=10)[topic].result(timeout=15)
+
+
+def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
+    bootstrap = kafka_lab["bootstrap"]
+    tag = f"scope-coord-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{tag}-topic", f"{tag}-group"
+    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group) for b in (1, 2, 3)]
+    try:
+        for c in coordinators:
+            c.start()
+        first = wait_until(lambda: agreed(coordinators), 120, "one reporter all three coordinators name")
+        assert first.reporting().reporter == first.me
+        t0 = time.monotonic()
+        first.stop()
+        assert not first.reporting().reporting
+        rest = [c for c in coordinators if c is not first]
+        overlaps = 0
+        while (second := agreed(rest)) is None:
+            overlaps += len(reporters(rest)) > 1
+            assert time.monotonic() - t0 < 120, "no second reporter within 120 s"
+            time.sleep(0.1)
+        handover = time.monotonic() - t0
+        print(f"\nhandover after a clean stop: {handover:.1f} s (session timeout {SESSION_TIMEOUT_MS / 1000:g} s)")
+        assert overlaps == 0 and second is not first
+    finally:
+        for c in coordinators:
+            c.stop()
+        delete_topic(bootstrap, topic, group)
+
+
+KILLED = """
+import sys, threading
+from kdiag.coordination import Coordinator
+from kdiag.kafka_client import ClientSettings
+from kdiag.scope import Member
+Coordinator(sys.argv[1], ClientSettings(), Member("killed", 9), sys.argv[2], sys.argv[3]).start()
+threading.Event().wait()
+"""
+
+
+def test_a_killed_reporter_is_replaced_after_the_session_timeout(kafka_lab: dict) -> None:
+    """SIGKILL: no LeaveGroup, so the group notices only when the session times out."""
+    bootstrap = kafka_lab["bootstrap"]
+    tag = f"scope-kill-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{tag}-topic", f"{tag}-group"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    victim = subprocess.Popen([sys.executable, "-c", KILLED, bootstrap, topic, group], env=env)
+    observer = Coordinator(bootstrap, ClientSettings(), Member("observer", None), topic, group, mode="never")
+    survivor = Coordinator(bootstrap, ClientSettings(), Member("survivor", 1), topic, group)
+    try:
+        observer.start()  # cluster_scope: never only looks at the group
+        wait_until(lambda: observer.reporting().reporter == Member("killed", 9), 120, "the first member reporting")
+        survivor.start()
+        wait_until(lambda: len(group_members(bootstrap, group)) == 2, 60, "the survivor in the group")
+        # The join's rebalance settles with partition 0 where it was (the sticky assignor).
+        wait_until(lambda: survivor.reporting().reporter == Member("killed", 9), 60, "the survivor naming the reporter")
+        assert not survivor.reporting().reporting and not observer.reporting().reporting
+        t0 = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(30)
+        wait_until(lambda: survivor.reporting().reporting, 120, "the survivor to take over")
+        print(f"\nhandover after SIGKILL of the reporter: {time.monotonic() - t0:.1f} s "
+              f"(session timeout {SESSION_TIMEOUT_MS / 1000:g} s)")
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait(30)
+        survivor.stop()
+        observer.stop()
+        delete_topic(bootstrap, topic, group)
+
+
+def group_members(bootstrap: str, group: str) -> list:
+    """The group's members as the coordinator describes them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15).members
