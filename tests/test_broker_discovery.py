@@ -221,7 +221,8 @@ def test_kdiag_run_reads_jmx_from_the_broker_it_found(kafka_lab, tmp_path):
 
         def jmx_up() -> bool:
             body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-            return f'kdiag_kafka_jmx_up{{endpoint="{endpoint}"}} 1.0' in body
+            return any(line.startswith("kdiag_kafka_jmx_up{") and f'endpoint="{endpoint}"' in line and line.endswith(" 1.0")
+                       for line in body.splitlines())
 
         wait_until(jmx_up, 120, f"kdiag_kafka_jmx_up 1 for the discovered {endpoint}", [log])
     finally:
