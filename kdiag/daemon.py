@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 # After SIGTERM/SIGINT, whatever still hangs (a collector thread, a Kafka client) gets this long before os._exit.
 SHUTDOWN_GRACE_SECONDS = 5.0
+# An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next.
+STRETCH = 20.0
+MAX_STRETCH = 8.0
 # Config keys a reload applies; the others need a restart.
 RELOADABLE = ("rules_dirs", "interval", "signal_window", "collector_timeout")
 
@@ -68,8 +71,10 @@ def admin_collector(config: Config) -> Collector:
     """The AdminClient collector; with no bootstrap servers it can only replay recordings."""
     from kdiag.collectors.kafka_admin import KafkaAdminCollector
 
-    return KafkaAdminCollector(config.kafka.bootstrap_servers, config.kafka.timeout, config.kafka.max_partition_series,
-                               config.kafka.client_settings, config.kafka.expected_brokers)
+    kafka = config.kafka
+    return KafkaAdminCollector(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series,
+                               kafka.client_settings, kafka.expected_brokers, partition_series=kafka.partition_series,
+                               group_series=kafka.group_series, configs_interval=kafka.configs_interval)
 
 
 def jmx_collector(config: Config) -> Collector:
@@ -127,17 +132,31 @@ def replay(recording: Recording, config: Config, on_step: Callable[[State], None
 class Background:
     """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
 
-    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float):
+    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False):
         self.collectors = CollectorSet(collectors, timeout)
         self.root = root
         self.every = every
+        self.adaptive = adaptive
+        self.period = every  # every, or longer (adaptive) while runs take long
+        self._next = 0.0
+        self._runs = 0
         self._samples: list[Sample] = []
         self._at = time.monotonic()
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        """Collect now; a failed collector's samples are dropped rather than served stale."""
+        """Collect now unless a slow last run stretched the period; a failed collector's samples are dropped, not kept."""
+        start = time.monotonic()
+        if start < self._next:
+            return
         samples = self.collectors.run(self.root)
+        self._runs += 1
+        # A fetch that takes long (tens of thousands of partitions, a thousand groups) spaces out the next ones so
+        # Kafka work stays a small share of the host; the job still fires every `every` and skips until then. The
+        # first run is left out: it pays for connecting and reading every config.
+        if self.adaptive and self._runs > 1:
+            self.period = min(max(self.every, (time.monotonic() - start) * STRETCH), MAX_STRETCH * self.every)
+        self._next = start + self.period - min(1.0, self.every / 2)
         with self._lock:
             self._samples, self._at = samples, time.monotonic()
 
@@ -146,7 +165,7 @@ class Background:
         with self._lock:
             samples, health = self._samples, {k: dataclasses.replace(h) for k, h in self.collectors.health.items()}
             age = time.monotonic() - self._at
-        if age <= 2 * self.every + self.collectors.timeout:
+        if age <= 2 * self.period + self.collectors.timeout:
             return samples, health
         for h in health.values():
             h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
@@ -170,14 +189,15 @@ class Daemon:
             # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
             every = {"admin": config.kafka.interval, "jmx": config.kafka.jmx_interval}
             for source, collector in kafka_collectors(config).items():
-                self.background.append(Background([collector], live_root, every[source], kafka_deadline(config)))
+                self.background.append(Background([collector], live_root, every[source], kafka_deadline(config),
+                                                  adaptive=source == "admin"))
         host = recording.host if recording else socket.gethostname()
         self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window)
         path = state_path(config.state_dir, replay=recording is not None)
         self.state_file = StateFile(path, host) if path else None
         if self.state_file:
             self.pipeline.restore(self.state_file.load(self.rules, time.time()))
-        self.published = Published(self._stale_after())
+        self.published = Published(self._stale_after(), config.kafka.max_series)
         self.exporter = Exporter(config.listen, self.published, config.web_config)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
