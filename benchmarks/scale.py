@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import http.client
+import itertools
 import math
 import os
 import signal
 import socket
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -31,6 +33,7 @@ from kdiag.lab import lab_config, read_lab
 
 TOPIC, GROUP = "scale-t{:04d}", "scale-g{:04d}"
 TICKS = os.sysconf("SC_CLK_TCK")
+CYCLE = 5.0  # kdiag's default interval
 
 
 def progress(message: str) -> None:
@@ -135,12 +138,26 @@ def rss_mb(pid: int) -> float:
 
 def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
     """Seconds for one /metrics scrape with Prometheus's headers, and the decoded body."""
-    start = time.perf_counter()
-    conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"})
-    response = conn.getresponse()
+    try:
+        start = time.perf_counter()
+        conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"})
+        response = conn.getresponse()
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        conn.close()  # kdiag closes keep-alive connections idle for 20 s: connect again, as Prometheus does
+        start = time.perf_counter()
+        conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"})
+        response = conn.getresponse()
     body = response.read()
     took = time.perf_counter() - start
     return took, gzip.decompress(body) if response.getheader("Content-Encoding") == "gzip" else body
+
+
+def metric(body: bytes, series: str) -> float:
+    """The value of one series (name and labels as exposed) in a scrape, 0 when absent."""
+    for line in body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.rpartition(" ")[2])
+    return 0.0
 
 
 def run_window(config: dict, window: float, warmup: float, interval: float) -> dict:
@@ -166,11 +183,13 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
             time.sleep(warmup)
             pids = [proc.pid, *children(proc.pid)]
             cpu0, t0 = sum(map(cpu_seconds, pids)), time.monotonic()
-            scrapes, rss, body = [], [], b""
+            scrapes, rss, body, cycles, admin = [], [], b"", set(), set()
             while time.monotonic() - t0 < window:
                 took, body = scrape(conn)
                 scrapes.append(took)
                 rss.append(rss_mb(proc.pid))
+                cycles.add(metric(body, "kdiag_last_cycle_timestamp_seconds"))
+                admin.add(metric(body, 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}'))
                 time.sleep(max(0.0, interval - took))
             cpu = sum(map(cpu_seconds, pids)) - cpu0
             elapsed = time.monotonic() - t0
@@ -180,7 +199,14 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
             proc.wait(30)
             log.close()
     lines = [ln for ln in body.decode().splitlines() if ln and not ln.startswith("#")]
+    # The host cycle starts every `interval` (kdiag's default, 5 s): how late a cycle started says whether a Kafka
+    # fetch delayed it. Scrapes miss cycles, so lateness is taken modulo the interval, from the first one seen.
+    first = min(cycles)
+    late = [(t - first + CYCLE / 2) % CYCLE - CYCLE / 2 for t in cycles]
+    admin_times = sorted(t for t in admin if t > 0)
     return {"cpu_share": cpu / elapsed, "rss": max(rss), "jvm_rss": jvm_rss, "children": len(pids) - 1,
+            "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
+            if len(admin_times) > 1 else math.nan,
             "scrape_p99": percentile(scrapes, 99), "series": len(lines),
             "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_"))}
 
@@ -216,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     config = yaml.safe_load(lab_config().read_text())
     bootstrap = config["kafka"]["bootstrap_servers"]
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    rows = []
+    print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
+          f"CPU share of one core includes the JmxTool children\n")
+    print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | admin every | CPU (1 core) | RSS daemon "
+          "| RSS JmxTool | scrape p99 | cycle late max |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
     try:
         for size in sizes:
             topics, groups = math.ceil(size / args.per_topic), round(size * args.groups_per_partition)
@@ -225,23 +255,16 @@ def main(argv: list[str] | None = None) -> int:
             grow(admin, topics, groups, args.per_topic)
             del admin
             progress(f"size {size}: kdiag run for {args.warmup:g}s warm-up + {args.window:g}s")
-            measured = run_window(config, args.window, args.warmup, args.scrape_interval)
+            r = run_window(config, args.window, args.warmup, args.scrape_interval)
             progress(f"size {size}: timing {args.fetches} AdminClient fetches")
             fetches = time_fetches(bootstrap, args.fetches)
-            rows.append({"partitions": topics * args.per_topic, "groups": groups, **measured,
-                         "fetch_p50": percentile(fetches, 50), "fetch_p99": percentile(fetches, 99)})
-            progress(f"size {size}: done")
+            print(f"| {topics * args.per_topic} | {groups} | {r['series']} ({r['kafka_series']}) | "
+                  f"{percentile(fetches, 50):.2f}s | {percentile(fetches, 99):.2f}s | {r['admin_every']:.0f}s | "
+                  f"{r['cpu_share'] * 100:.2f}% | {r['rss']:.0f} MB | {r['jvm_rss']:.0f} MB ({r['children']}) | "
+                  f"{r['scrape_p99'] * 1e3:.1f}ms | {r['cycle_late'] * 1e3:.0f}ms |", flush=True)
     finally:
         if not args.keep:
             cleanup(bootstrap)
-    print(f"\nkdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
-          f"CPU share of one core includes the JmxTool children\n")
-    print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | CPU (1 core) | RSS daemon | RSS JmxTool | scrape p99 |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        print(f"| {r['partitions']} | {r['groups']} | {r['series']} ({r['kafka_series']}) | {r['fetch_p50']:.2f}s | "
-              f"{r['fetch_p99']:.2f}s | {r['cpu_share'] * 100:.2f}% | {r['rss']:.0f} MB | {r['jvm_rss']:.0f} MB "
-              f"({r['children']}) | {r['scrape_p99'] * 1e3:.1f}ms |")
     return 0
 
 

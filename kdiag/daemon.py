@@ -153,9 +153,11 @@ class Background:
         self._runs += 1
         # A fetch that takes long (tens of thousands of partitions, a thousand groups) spaces out the next ones so
         # Kafka work stays a small share of the host; the job still fires every `every` and skips until then. The
-        # first run is left out: it pays for connecting and reading every config.
+        # first run is left out: it pays for connecting and reading every config. A failed run is retried at the pace.
         if self.adaptive and self._runs > 1:
-            self.period = min(max(self.every, (time.monotonic() - start) * STRETCH), MAX_STRETCH * self.every)
+            took = time.monotonic() - start
+            ok = all(h.success for h in self.collectors.health.values())
+            self.period = min(max(self.every, took * STRETCH), MAX_STRETCH * self.every) if ok else self.every
         self._next = start + self.period - min(1.0, self.every / 2)
         with self._lock:
             self._samples, self._at = samples, time.monotonic()

@@ -223,6 +223,10 @@ def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
     background._next = 0.0
     background.run()
     assert background.period == 8.0  # at most 8 intervals
+    background.collectors.timeout = 0.5  # now it fails (times out): retried at the normal pace
+    background._next = 0.0
+    background.run()
+    assert background.period == 1.0
     fixed = Background([SlowCollector(0.2)], Root(), every=1.0, timeout=10.0)
     for _ in range(2):
         fixed._next = 0.0
