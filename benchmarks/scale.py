@@ -167,7 +167,9 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
         path = Path(tmp, "kdiag.yaml")
         path.write_text(yaml.safe_dump({**config, "listen": f"127.0.0.1:{port}", "state_dir": ""}))
         log = open(Path(tmp, "kdiag.log"), "w")  # noqa: SIM115 (closed below)
-        proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(path)], stdout=log, stderr=log)
+        # cwd: `-m` puts the working directory first on sys.path, and it must not shadow PYTHONPATH's kdiag.
+        proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(path)], stdout=log, stderr=log,
+                                cwd=tmp)
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             deadline = time.monotonic() + 120

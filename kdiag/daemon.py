@@ -206,6 +206,7 @@ class Daemon:
         self._stop = False
         self._reload = False
         self._live_root = live_root
+        self._handed: dict[int, list[Sample]] = {}  # per background job, the samples last handed to the pipeline
         self.probe = None
         self._probe_last_ok: float | None = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
@@ -249,12 +250,19 @@ class Daemon:
         if self.pusher:
             self.pusher.offer(state)
 
-    def _extra(self) -> tuple[list[Sample], dict[str, Health]]:
+    def _extra(self) -> tuple[list[Sample], list[Sample], dict[str, Health]]:
+        """Samples gathered off the cycle: new ones, ones an earlier cycle already added (carried), and health."""
         samples: list[Sample] = []
+        carried: list[Sample] = []
         health: dict[str, Health] = {}
         for background in self.background:
             got, h = background.latest()
-            samples += got
+            # Each run makes a new list: the same list again means no fetch since the last cycle.
+            if got is self._handed.get(id(background)):
+                carried += got
+            else:
+                samples += got
+                self._handed[id(background)] = got
             health.update(h)
         if self.probe:
             # The probe runs in its own threads; here it only hands over its counters.
@@ -263,11 +271,11 @@ class Daemon:
             if ok:
                 self._probe_last_ok = self._live_root.now()
             health["probe"] = Health(ok, 0.0, self._probe_last_ok, error)
-        return samples, health
+        return samples, carried, health
 
     def _live_step(self) -> None:
-        samples, health = self._extra()
-        self._publish(self.pipeline.step(self._live_root, samples, health))
+        samples, carried, health = self._extra()
+        self._publish(self.pipeline.step(self._live_root, samples, health, carried))
 
     def _replay_step(self) -> None:
         # Loop over the recording with times shifted so it reads as live, for demos and integration tests.

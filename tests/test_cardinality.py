@@ -232,3 +232,23 @@ def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
         fixed._next = 0.0
         fixed.run()
     assert fixed.period == 1.0
+
+
+def test_carried_samples_are_present_without_a_staircase_of_repeated_points():
+    from kdiag.history import History
+    from kdiag.sample import COUNTER
+
+    history = History(900)
+    fetch = [sample("kdiag_kafka_topic_log_end_offset_total", 0, COUNTER, topic="a")]
+    history.add(0, [sample("kdiag_load1", 1.0)], fetch)  # first seen: a point
+    for t in (5, 10, 15):  # cycles between fetches carry the same samples
+        history.add(t, [sample("kdiag_load1", 1.0)], fetch)
+    assert history.latest("kdiag_kafka_topic_log_end_offset_total", topic="a") == 0
+    history.add(20, [sample("kdiag_load1", 1.0)], [])  # the next fetch had no such series: absent now
+    assert history.latest("kdiag_kafka_topic_log_end_offset_total", topic="a") is None
+    history.add(60, [sample("kdiag_kafka_topic_log_end_offset_total", 600, COUNTER, topic="a")])
+    for t in (65, 70, 75):
+        history.add(t, [], [sample("kdiag_kafka_topic_log_end_offset_total", 600, COUNTER, topic="a")])
+        # 600 messages between the fetches at 0 and 60 s, whatever the cycle: not 0, not 600 over 30 s.
+        assert history.rate("kdiag_kafka_topic_log_end_offset_total", 30, topic="a") == pytest.approx(10.0)
+    assert [len(p) for _, p, _ in history.series("kdiag_kafka_topic_log_end_offset_total")] == [2]
