@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
 # An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next.
 STRETCH = 20.0
-MAX_STRETCH = 8.0
+# 4 x 15 s keeps two fetches inside the 120 s over which lag growth is measured.
+MAX_STRETCH = 4.0
 # Config keys a reload applies; the others need a restart.
 RELOADABLE = ("rules_dirs", "interval", "signal_window", "collector_timeout")
 
