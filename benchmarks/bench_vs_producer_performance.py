@@ -19,8 +19,10 @@ import uuid
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.collectors.processes import TICKS_PER_SECOND, parse_stat
-from kdiag.lab import classpath, read_lab
-from kdiag.probe import ProbeConfig, ProbeService
+from kdiag.lab import read_lab
+from kdiag.lab_layout import classpath
+from kdiag.probe import ProbeService
+from kdiag.probe_config import ProbeConfig
 
 TUNED = ["acks=1", "batch.size=1048576", "linger.ms=20", "compression.type=lz4"]
 TOTAL = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "

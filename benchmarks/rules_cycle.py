@@ -13,7 +13,7 @@ from kdiag.daemon import host_collectors, load_rules
 from kdiag.exporter import render_metrics
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.root import Root
-from kdiag.signals import compute_signals
+from kdiag.subject_kinds import compute_signals
 
 STAGES = ("collection", "history", "signals", "rules", "render", "total")
 

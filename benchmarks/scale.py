@@ -10,6 +10,7 @@ the end unless --keep (kdiag is stopped first: librdkafka #5093 crashes clients 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import http.client
 import itertools
@@ -213,16 +214,27 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
             "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_"))}
 
 
-def time_fetches(bootstrap: str, cycles: int) -> list[float]:
-    """Seconds per KafkaAdminCollector.fetch() over `cycles` fetches on one reused client."""
+def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:
+    """Seconds per KafkaAdminCollector.fetch() over `cycles` fetches on one reused collector, and how many failed."""
+    from kdiag.collectors.kafka_admin import KafkaAdminError
+
     collector = KafkaAdminCollector(bootstrap, timeout=60.0)
-    collector.fetch()  # connect and warm the metadata cache outside the timing
-    out = []
-    for _ in range(cycles):
-        start = time.perf_counter()
-        collector.fetch()
-        out.append(time.perf_counter() - start)
-    return out
+    out, failed = [], 0
+    try:
+        with contextlib.suppress(KafkaAdminError):
+            collector.fetch()  # connect and warm the metadata cache outside the timing
+        for _ in range(cycles):
+            start = time.perf_counter()
+            try:
+                collector.fetch()
+            except KafkaAdminError as e:
+                failed += 1
+                progress(f"  fetch failed: {e}")
+            out.append(time.perf_counter() - start)
+    finally:
+        if hasattr(collector, "close"):
+            collector.close()
+    return out, failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,9 +271,10 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"size {size}: kdiag run for {args.warmup:g}s warm-up + {args.window:g}s")
             r = run_window(config, args.window, args.warmup, args.scrape_interval)
             progress(f"size {size}: timing {args.fetches} AdminClient fetches")
-            fetches = time_fetches(bootstrap, args.fetches)
+            fetches, failed = time_fetches(bootstrap, args.fetches)
+            note = f" ({failed} failed)" if failed else ""
             print(f"| {topics * args.per_topic} | {groups} | {r['series']} ({r['kafka_series']}) | "
-                  f"{percentile(fetches, 50):.2f}s | {percentile(fetches, 99):.2f}s | {r['admin_every']:.0f}s | "
+                  f"{percentile(fetches, 50):.2f}s | {percentile(fetches, 99):.2f}s{note} | {r['admin_every']:.0f}s | "
                   f"{r['cpu_share'] * 100:.2f}% | {r['rss']:.0f} MB | {r['jvm_rss']:.0f} MB ({r['children']}) | "
                   f"{r['scrape_p99'] * 1e3:.1f}ms | {r['cycle_late'] * 1e3:.0f}ms |", flush=True)
     finally:

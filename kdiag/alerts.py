@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
 import yaml
 
-from kdiag.engine import KINDS, TEMPLATE_FIELD, Rule
+from kdiag.engine import KINDS, TEMPLATE_FIELD, Rule, render
 
 DEFAULT_PROMETHEUS = Path("deploy/prometheus/kdiag-alerts.yml")
 DEFAULT_ALERTMANAGER = Path("deploy/alertmanager/alertmanager.yml")
@@ -215,44 +214,6 @@ def write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    """`kdiag rules export`: write the generated files (all three when no target is named)."""
-    from kdiag.cli import _config
-    from kdiag.daemon import load_rules
-
-    targets = [t for t in ("prometheus", "alertmanager", "docs") if getattr(args, t)] or ["prometheus", "alertmanager", "docs"]
-    if args.output and len(targets) != 1:
-        raise SystemExit("kdiag rules export: -o needs exactly one of --prometheus, --alertmanager or --docs")
-    rules = load_rules(_config(args))
-    renderers = {"prometheus": (DEFAULT_PROMETHEUS, lambda: render_prometheus(rules, args.runbook_base)),
-                 "alertmanager": (DEFAULT_ALERTMANAGER, lambda: render_alertmanager(rules)),
-                 "docs": (DEFAULT_DOCS, lambda: render_docs(rules))}
-    for target in targets:
-        default, render = renderers[target]
-        path = Path(args.output) if args.output else default
-        write(path, render())
-        print(f"wrote {path} ({len(rules)} rules)")
-        if target == "prometheus":
-            tests = path.with_name(path.name.removesuffix(".yml") + ".test.yml")
-            write(tests, render_prometheus_tests(rules, args.runbook_base, path.name))
-            print(f"wrote {tests} (promtool test rules {tests})")
-    return 0
-
-
-def add_parser(rules_sub: argparse._SubParsersAction) -> None:
-    """Register `kdiag rules export` under `kdiag rules`."""
-    from kdiag.cli import _common
-
-    p = rules_sub.add_parser("export", help="generate Prometheus alerts, Alertmanager inhibitions and docs/RULES.md")
-    _common(p)
-    p.add_argument("--prometheus", action="store_true", help=f"alerting rules (default -o {DEFAULT_PROMETHEUS})")
-    p.add_argument("--alertmanager", action="store_true", help=f"example config with inhibitions (default -o {DEFAULT_ALERTMANAGER})")
-    p.add_argument("--docs", action="store_true", help=f"the rule reference (default -o {DEFAULT_DOCS})")
-    p.add_argument("-o", "--output", help="where to write (only with a single target)")
-    p.add_argument("--runbook-base", default=RUNBOOK_BASE, help="URL of docs/RULES.md that runbook_url links into")
-    p.set_defaults(func=cmd_export)
-
-
 TEST_INSTANCE = "broker-1:9745"
 TEST_HEADER = """\
 # promtool unit tests of kdiag-alerts.yml (`promtool test rules deploy/prometheus/kdiag-alerts.test.yml`),
@@ -274,8 +235,6 @@ def _series(name: str, labels: dict[str, str]) -> str:
 
 
 def _expected_annotations(rule: Rule, subject: str, evidence: dict[str, float], runbook_base: str) -> dict[str, str]:
-    from kdiag.engine import render
-
     scope: dict[str, dict] = {"it": {"name": subject}}
     for key, value in evidence.items():
         var, _, name = key.rpartition(".")

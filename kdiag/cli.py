@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from kdiag import __version__
+from kdiag import __version__, alerts
 from kdiag.config import Config, ConfigError, load_config
 from kdiag.engine import CatalogError, parse_duration
 from kdiag.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, RecordingError, record
@@ -149,6 +149,29 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules_export(args: argparse.Namespace) -> int:
+    """`kdiag rules export`: write the generated files (all three when no target is named)."""
+    from kdiag.daemon import load_rules
+
+    targets = [t for t in ("prometheus", "alertmanager", "docs") if getattr(args, t)] or ["prometheus", "alertmanager", "docs"]
+    if args.output and len(targets) != 1:
+        raise SystemExit("kdiag rules export: -o needs exactly one of --prometheus, --alertmanager or --docs")
+    rules = load_rules(_config(args))
+    renderers = {"prometheus": (alerts.DEFAULT_PROMETHEUS, lambda: alerts.render_prometheus(rules, args.runbook_base)),
+                 "alertmanager": (alerts.DEFAULT_ALERTMANAGER, lambda: alerts.render_alertmanager(rules)),
+                 "docs": (alerts.DEFAULT_DOCS, lambda: alerts.render_docs(rules))}
+    for target in targets:
+        default, render = renderers[target]
+        path = Path(args.output) if args.output else default
+        alerts.write(path, render())
+        print(f"wrote {path} ({len(rules)} rules)")
+        if target == "prometheus":
+            tests = path.with_name(path.name.removesuffix(".yml") + ".test.yml")
+            alerts.write(tests, alerts.render_prometheus_tests(rules, args.runbook_base, path.name))
+            print(f"wrote {tests} (promtool test rules {tests})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every subcommand."""
     parser = argparse.ArgumentParser(prog="kdiag", description="Kafka host and broker diagnostics")
@@ -190,9 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
         p = rules_sub.add_parser(name, help=text)
         _common(p)
         p.set_defaults(func=func)
-    from kdiag import alerts
-
-    alerts.add_parser(rules_sub)
+    p = rules_sub.add_parser("export", help="generate Prometheus alerts, Alertmanager inhibitions and docs/RULES.md")
+    _common(p)
+    p.add_argument("--prometheus", action="store_true", help=f"alerting rules (default -o {alerts.DEFAULT_PROMETHEUS})")
+    p.add_argument("--alertmanager", action="store_true",
+                   help=f"example config with inhibitions (default -o {alerts.DEFAULT_ALERTMANAGER})")
+    p.add_argument("--docs", action="store_true", help=f"the rule reference (default -o {alerts.DEFAULT_DOCS})")
+    p.add_argument("-o", "--output", help="where to write (only with a single target)")
+    p.add_argument("--runbook-base", default=alerts.RUNBOOK_BASE, help="URL of docs/RULES.md that runbook_url links into")
+    p.set_defaults(func=cmd_rules_export)
 
     from kdiag import lab_cli
 

@@ -17,7 +17,7 @@ from kdiag.cardinality import SeriesFilter
 from kdiag.engine import parse_duration
 from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_settings
 from kdiag.kafka_client import ClientConfigError, ClientSettings
-from kdiag.probe import ProbeConfig
+from kdiag.probe_config import ProbeConfig
 from kdiag.quote import cut, quote
 
 

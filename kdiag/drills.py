@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag import lab
+from kdiag import lab, lab_layout
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "tests" / "recordings"
 VICTIM_BROKER = 3
@@ -160,7 +160,7 @@ def consumers(target: Target, group: str, name: str, count: int, slow_every: flo
 
 def kafka_tool(target: Target, tool: str, *args: str) -> None:
     """Run one of Kafka's own command-line tools (the lab's jars) in its own session, so Ctrl-C spares it."""
-    subprocess.run(["java", "-cp", lab.classpath(target.lab_dir), tool, "--bootstrap-server", target.bootstrap, *args],
+    subprocess.run(["java", "-cp", lab_layout.classpath(target.lab_dir), tool, "--bootstrap-server", target.bootstrap, *args],
                    check=True, capture_output=True, timeout=120, start_new_session=True)
 
 

@@ -14,7 +14,8 @@ import yaml
 
 from kdiag import yamlsafe
 from kdiag.quote import cut, quote
-from kdiag.signals import SUBJECT_KINDS, Signals
+from kdiag.signals import Signals
+from kdiag.subject_kinds import SUBJECT_KINDS
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from kdiag.engine import Diagnosis, Engine, Rule
 from kdiag.history import History
 from kdiag.root import Root
 from kdiag.sample import Sample
-from kdiag.signals import Signals, compute_signals
+from kdiag.signals import Signals
+from kdiag.subject_kinds import compute_signals
 
 log = logging.getLogger(__name__)
 

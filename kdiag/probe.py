@@ -1,24 +1,4 @@
-"""The synthetic probe: kdiag's own producer and consumer measure latency, loss and availability per broker.
-
-Three threads, each isolated and retried with backoff, never raising into the daemon:
-
-- manager: creates the probe topic, polls its metadata and reconciles its layout (probe_topic.py).
-- producer: every `interval`, one message to every partition, acks from the config, linger.ms=0.
-- consumer: assign()ed to every partition from the high watermark seen before the producer writes there;
-  a recreated consumer resumes where the last one read, with that message's leader epoch, so librdkafka
-  detects a truncated log and seeks back to where it diverged instead of skipping what follows.
-
-Idempotence is off on purpose: the probe is an instrument, and a retry that the broker wrote twice is what
-a client without idempotence experiences, so it must show up as a duplicate instead of being hidden.
-assign() instead of subscribe(): no group join and no rebalance pause when brokers or partitions change,
-and the start offset is pinned before the first send, so nothing sent is ever skipped by "latest".
-
-Verdicts: a send whose delivery report is an error (or that times out after `sla`) is failed, never lost;
-lost means the consumer read the offset the ack named and found another message there (probe_sequence.py);
-a message read more than `sla` after it was sent is late, not lost. Availability of a broker is acked / sent over
-`availability_window` for the partitions it led at send time; a broker of the topic's replica set that leads
-none (down, or back but not yet re-elected) counts one unavailable send per round.
-"""
+"""The synthetic probe: kdiag's own producer and consumer measure latency, loss and availability per broker."""
 
 from __future__ import annotations
 
@@ -28,58 +8,23 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag import probe_topic
 from kdiag.kafka_client import ClientSettings, ErrorLog
+from kdiag.probe_config import ProbeConfig
 from kdiag.probe_metrics import BrokerStats
 from kdiag.probe_sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe_topic import REQUEST_TIMEOUT, Topology
-from kdiag.quote import quote
 from kdiag.sample import GAUGE, Sample, sample
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 # magic, run id (uuid), partition, sequence, send time (epoch s), leader at send time
 PAYLOAD = struct.Struct(">4s16sIQdi")
 MAGIC = b"kdp1"
 METADATA_INTERVAL = 5.0
 MAX_BACKOFF = 30.0
-
-
-@dataclass
-class ProbeConfig:
-    """The synthetic probe: its topic, rate, durability and the windows of its verdicts."""
-
-    enabled: bool = True
-    topic: str = "kdiag-probe"
-    interval: float = 1.0
-    acks: str = "all"
-    replication_factor: int = 0
-    partitions_per_broker: int = 1
-    sla: float = 10.0
-    availability_window: float = 60.0
-    reconcile_interval: float = 60.0
-    group_id: str = ""
-    latency_buckets: list[float] = field(default_factory=lambda: list(DEFAULT_LATENCY_BUCKETS))
-    slo_seconds: float = 0.5
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first field that cannot work."""
-        for name in ("interval", "sla", "availability_window", "reconcile_interval", "slo_seconds"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be positive")
-        if self.acks not in ("all", "-1", "0", "1"):
-            raise ValueError(f"acks: {quote(self.acks)} is not all, -1, 0 or 1")
-        if self.replication_factor < 0 or self.partitions_per_broker < 1:
-            raise ValueError("replication_factor must be 0 or more and partitions_per_broker 1 or more")
-        if not self.topic:
-            raise ValueError("topic: must not be empty")
-        if not self.latency_buckets or len(set(self.latency_buckets)) != len(self.latency_buckets) \
-                or min(self.latency_buckets) <= 0:
-            raise ValueError("latency_buckets: must be distinct positive numbers")
 
 
 class _Backoff:

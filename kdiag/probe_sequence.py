@@ -1,11 +1,4 @@
-"""Per-partition probe bookkeeping: where each send was acked, what the consumer read there, and the verdicts.
-
-A message is lost only when the consumer has read the offset its ack named and found another message there
-(or read beyond it): the log no longer holds it, as after an acks=1 leader failover or an unclean election.
-A message merely slower than the SLA (a partition without a leader for a while) is late, never lost.
-Sends acked without an offset (acks=0) cannot be checked that way and count as lost when not read within the SLA.
-Pure: offsets, sequences and times are passed in.
-"""
+"""Per-partition probe bookkeeping (pure): where each send was acked, what the consumer read there, and the verdicts."""
 
 from __future__ import annotations
 

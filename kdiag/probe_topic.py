@@ -1,8 +1,4 @@
-"""The probe topic: create it with one preferred partition per broker, describe it, and reconcile its layout.
-
-Reconcile adds partitions for a live broker that prefers none and elects preferred leaders when leadership has
-drifted. It touches no other topic.
-"""
+"""The probe topic: create it with one preferred partition per broker, describe it, and reconcile its layout."""
 
 from __future__ import annotations
 

@@ -39,11 +39,6 @@ def subject(kind: str, schema: dict[str, str]) -> Callable[[SubjectFunction], Su
     return register
 
 
-def compute_signals(history: History, window: float) -> dict[str, dict[str, Signals]]:
-    """Signals of every subject of every registered kind at the history's latest time."""
-    return {kind: sk.compute(history, window) for kind, sk in SUBJECT_KINDS.items()}
-
-
 def rates_by(history: History, name: str, window: float, *label_names: str) -> dict[tuple[str, ...], float]:
     """Per-second rates of every series of one counter, summed per value of the given labels."""
     out: dict[tuple[str, ...], float] = {}
@@ -216,9 +211,3 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
         softnet_squeezed_per_second=total(rates_by(history, "kdiag_softnet_times_squeezed_total", window)),
     )
     return {"host": s}
-
-
-# Device, process, Kafka and probe subject kinds register themselves on import, in this order.
-import kdiag.device_signals  # noqa: E402
-import kdiag.kafka_signals  # noqa: E402
-import kdiag.loadgen_signals  # noqa: E402, F401

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag import bench
+from kdiag import bench_client, bench_format
 from kdiag.collectors.loadgen import LoadgenCollector, fetch_loadgen_state, samples_from_loadgen_state
 from kdiag.config import Config
 from kdiag.daemon import load_rules
@@ -36,29 +36,29 @@ CONSUMER_SUMMARY = re.compile(rf"^({JAVA_TIME}), ({JAVA_TIME}), (\d+\.\d{{4}}), 
 
 
 def test_window_line_is_producer_performance_format() -> None:
-    line = bench.window_line(49940, 5.0, 49940 * 1024, 49940 * 15.3, 31.0)
+    line = bench_format.window_line(49940, 5.0, 49940 * 1024, 49940 * 15.3, 31.0)
     assert line == "49940 records sent, 9988.0 records/sec (9.75 MB/sec), 15.3 ms avg latency, 31.0 ms max latency."
     assert WINDOW.match(line)
 
 
 def test_total_line_is_producer_performance_format() -> None:
     # The seed 003 run: 1000000 records of 1 KiB at 9997.600576 records/s.
-    line = bench.total_line(1000000, 1000000 / 9997.600576, 1024 * 1000000, 20.20 * 1000000, 340.0, [16, 30, 168, 249])
+    line = bench_format.total_line(1000000, 1000000 / 9997.600576, 1024 * 1000000, 20.20 * 1000000, 340.0, [16, 30, 168, 249])
     assert line == ("1000000 records sent, 9997.600576 records/sec (9.76 MB/sec), 20.20 ms avg latency, "
                     "340.00 ms max latency, 16 ms 50th, 30 ms 95th, 168 ms 99th, 249 ms 99.9th.")
     assert TOTAL.match(line)
 
 
 def test_percentiles_pick_like_producer_performance() -> None:
-    assert bench.percentiles(list(range(100, 0, -1))) == [51, 96, 100, 100]
-    assert bench.percentiles([]) == [0, 0, 0, 0]
+    assert bench_format.percentiles(list(range(100, 0, -1))) == [51, 96, 100, 100]
+    assert bench_format.percentiles([]) == [0, 0, 0, 0]
 
 
 def test_consumer_lines_are_consumer_performance_format() -> None:
-    assert bench.consumer_header(False) == CONSUMER_HEADER
-    assert bench.consumer_header(True).startswith("time, threadId, data.consumed.in.MB")
+    assert bench_format.consumer_header(False) == CONSUMER_HEADER
+    assert bench_format.consumer_header(True).startswith("time, threadId, data.consumed.in.MB")
     start = time.mktime((2022, 1, 20, 9, 58, 26, 0, 0, -1)) * 1000 + 171
-    line = bench.consumer_summary(start, start + 7150, int(977.0166 * 1024 * 1024), 1000465, 415)
+    line = bench_format.consumer_summary(start, start + 7150, int(977.0166 * 1024 * 1024), 1000465, 415)
     m = CONSUMER_SUMMARY.match(line)
     assert m and m.group(1) == "2022-01-20 09:58:26:171" and m.group(2) == "2022-01-20 09:58:33:321"
     assert m.group(3, 5, 7, 8) == ("977.0166", "1000465", "415", "6735")
@@ -66,23 +66,24 @@ def test_consumer_lines_are_consumer_performance_format() -> None:
 
 
 def test_java_props_map_to_librdkafka() -> None:
-    conf, warnings = bench.map_java_props(bench.parse_props([
+    conf, warnings = bench_client.map_java_props(bench_client.parse_props([
         "acks=1", "batch.size=1048576", "linger.ms=20", "compression.type=lz4", "buffer.memory=268435456",
         "max.in.flight.requests.per.connection=5", "key.serializer=org.apache.kafka.common.serialization.ByteArraySerializer"]))
     assert conf == {"acks": "1", "batch.size": "1048576", "linger.ms": "20", "compression.type": "lz4",
                     "queue.buffering.max.kbytes": "262144", "max.in.flight": "5"}
     assert len(warnings) == 1 and "key.serializer" in warnings[0]
     with pytest.raises(ValueError, match="PROP-NAME=PROP-VALUE"):
-        bench.parse_props(["acks"])
+        bench_client.parse_props(["acks"])
 
 
 def test_properties_file_and_unknown_props_are_dropped_with_a_warning() -> None:
-    props = bench.parse_properties_file("# producer\nbootstrap.servers=127.0.0.1:9092\nacks: all\n\n! x\nnot.a.librdkafka.prop=1\n")
+    props = bench_client.parse_properties_file(
+        "# producer\nbootstrap.servers=127.0.0.1:9092\nacks: all\n\n! x\nnot.a.librdkafka.prop=1\n")
     assert props == {"bootstrap.servers": "127.0.0.1:9092", "acks": "all", "not.a.librdkafka.prop": "1"}
     from confluent_kafka import Producer
 
     warnings: list[str] = []
-    producer = bench.make_client(Producer, props, warnings.append)
+    producer = bench_client.make_client(Producer, props, warnings.append)
     # The client is built from the accepted props (its queue length depends on whether a broker answers).
     assert isinstance(producer, Producer)
     assert warnings == ["ignoring unknown property not.a.librdkafka.prop"]

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from kdiag import bench
+from kdiag import bench_client
 from kdiag.java_security import JavaPropError, jaas_credentials, translate
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -25,7 +25,7 @@ def test_a_multiline_properties_file_maps_to_librdkafka(tmp_path):
     text = (f"security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={SCRAM} required \\\n"
             f'    username="alice" \\\n    password="pw";\nssl.truststore.location={tmp_path / "ca.pem"}\n'
             "ssl.truststore.type=PEM\nssl.endpoint.identification.algorithm=\nacks=all\nssl.enabled.protocols=TLSv1.3\n")
-    conf, warnings = bench.map_java_props(bench.parse_properties_file(text))
+    conf, warnings = bench_client.map_java_props(bench_client.parse_properties_file(text))
     assert conf == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
                     "sasl.password": "pw", "ssl.ca.location": str(tmp_path / "ca.pem"),
                     "ssl.endpoint.identification.algorithm": "none", "acks": "all"}

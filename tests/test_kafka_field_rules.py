@@ -9,7 +9,7 @@ import pytest
 from kdiag.engine import Diagnosis, Engine, default_rules_dir, load_catalog
 from kdiag.history import History
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
-from kdiag.signals import compute_signals
+from kdiag.subject_kinds import compute_signals
 
 STEP = 5.0
 

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 from waiting import wait_until
 
-from kdiag import lab
+from kdiag import lab, lab_layout
 from kdiag.drills import in_background
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
@@ -109,8 +109,8 @@ def set_cluster_default(bootstrap: str, name: str, value: str | None) -> None:
     """Set (or with None delete) a cluster-wide dynamic broker default with kafka-configs, as the remediation says."""
     change = ["--add-config", f"{name}={value}"] if value is not None else ["--delete-config", name]
     # librdkafka's Python API refuses the default broker resource (an empty name): use Kafka's own tool.
-    subprocess.run(["java", "-cp", lab.classpath(), "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
-                    "--entity-type", "brokers", "--entity-default", *change], check=True, capture_output=True, timeout=120)
+    subprocess.run(["java", "-cp", lab_layout.classpath(), "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bootstrap,
+                    "--alter", "--entity-type", "brokers", "--entity-default", *change], check=True, capture_output=True, timeout=120)
 
 
 def test_flush_forced_for_the_brokers_is_forced_fsync_broker_and_not_the_topics(cluster, admin):

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 
 from waiting import wait_until
 
-from kdiag import lab, lab_cli
+from kdiag import lab, lab_cli, lab_nodes
 from kdiag.config import load_config
 
 pytestmark = [
@@ -94,6 +94,6 @@ def test_three_broker_lab_and_down_leaves_nothing(tmp_path):
     assert lab.read_lab(d) is None
     assert not any(kafka_running(pid) for pid in pids)
     # A connection the broker closed first can hold its port for a moment (FIN_WAIT2 until the client closes too).
-    wait_until(lambda: all(lab._port_free(p) for n in (1, 2, 3) for p in lab.ports(n, base).values()), 120,
+    wait_until(lambda: all(lab_nodes.port_free(p) for n in (1, 2, 3) for p in lab.ports(n, base).values()), 120,
                "the lab's ports free again after down")
     assert run("status", "--dir", d)[0] == 1

@@ -8,7 +8,8 @@ from concurrent.futures import Future
 import pytest
 
 from kdiag import probe_topic
-from kdiag.probe import MAGIC, PAYLOAD, ProbeConfig, ProbeService
+from kdiag.probe import MAGIC, PAYLOAD, ProbeService
+from kdiag.probe_config import ProbeConfig
 from kdiag.probe_metrics import HELP, Histogram
 from kdiag.probe_topic import Topology
 from kdiag.sample import COUNTER, GAUGE, HISTOGRAM

@@ -15,7 +15,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kdiag import lab
-from kdiag.probe import ProbeConfig, ProbeService
+from kdiag.probe import ProbeService
+from kdiag.probe_config import ProbeConfig
 from waiting import wait_until
 
 pytestmark = [

@@ -6,7 +6,7 @@ import pytest
 
 from kdiag.history import History
 from kdiag.sample import COUNTER, COUNTER32, GAUGE, Sample, sample
-from kdiag.signals import SUBJECT_KINDS, compute_signals
+from kdiag.subject_kinds import SUBJECT_KINDS, compute_signals
 
 WINDOW = 30.0
 

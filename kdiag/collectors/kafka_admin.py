@@ -17,9 +17,10 @@ from typing import Any
 
 from kdiag.cardinality import SeriesFilter
 from kdiag.collectors.kafka_admin_samples import HELP, VERSION, samples_from_admin_state
-from kdiag.kafka_client import ClientSettings, ErrorLog
+from kdiag.kafka_client import ClientSettings
 from kdiag.root import Root
 from kdiag.sample import GAUGE, Sample, sample
+from kdiag.worker_process import WorkerError, WorkerProcess
 
 SOURCE = "admin"
 # AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
@@ -234,7 +235,7 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
 
 
 class KafkaAdminCollector:
-    """Cluster, topic, config and consumer lag facts through one reused AdminClient (and a Consumer for offsets)."""
+    """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
     help = HELP
@@ -249,62 +250,29 @@ class KafkaAdminCollector:
         self.max_partition_series = max_partition_series
         self.partition_series = partition_series or SeriesFilter()
         self.group_series = group_series or SeriesFilter()
-        self.configs = ConfigCache(configs_interval)
-        self.settings = settings or ClientSettings()
-        self.errors = ErrorLog(self.settings, bootstrap_servers)
-        self._admin: Any = None
-        self._consumer: Any = None
-
-    def _conf(self, **extra: object) -> dict[str, Any]:
-        ms = int(self.timeout * 1000)
-        return self.settings.conf({"bootstrap.servers": self.bootstrap_servers, "client.id": "kdiag",
-                                   "socket.timeout.ms": ms, "request.timeout.ms": ms, **extra}, self.errors)
-
-    def admin(self) -> Any:
-        """The AdminClient, created on first use so replays never open a connection."""
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(self._conf())
-        return self._admin
-
-    def consumer(self) -> Any:
-        """The Consumer that reads log end offsets; it never subscribes, joins its group or commits."""
-        if self._consumer is None:
-            from confluent_kafka import Consumer
-
-            # librdkafka requires a group.id for any consumer; this one is never joined.
-            self._consumer = Consumer(self._conf(**{"group.id": "kdiag-offsets", "enable.auto.commit": False}))
-        return self._consumer
-
-    def close(self) -> None:
-        """Close the Consumer (the AdminClient has no close; it goes with its last reference)."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            consumer.close()
+        settings = settings or ClientSettings()
+        # Created now, started on the first live fetch, so replays never start it.
+        self.worker = WorkerProcess("kdiag.collectors.admin_worker", {
+            "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
+            "props": settings.props, "given": settings.given, "prefix": settings.prefix}, "the AdminClient process")
 
     def fetch(self) -> dict[str, Any]:
-        """Live admin state; KafkaAdminError naming the bootstrap servers when the cluster fails to answer."""
-        from confluent_kafka import KafkaException
-
+        """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
         try:
-            state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs)
-        except (KafkaException, TimeoutError) as e:
-            admin, self._admin = self._admin, None
-            self.close()
-            # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
-            # metadata refresh, minutes away): fresh clients ask the live brokers again.
-            if admin is not None:
-                admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
-            reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
-            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
-        self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
-        self._consumer.poll(0)
-        self.errors.clear()
-        return state
+            # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
+            answer = self.worker.request({"fetch": True}, self.timeout + 4.0)
+        except WorkerError as e:
+            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
+        if "error" in answer:
+            raise KafkaAdminError(answer["error"])
+        return answer["state"]
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
         samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series,
                                            self.partition_series, self.group_series)
         return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
+
+    def close(self) -> None:
+        """Stop the AdminClient process."""
+        self.worker.close()

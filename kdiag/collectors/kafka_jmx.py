@@ -330,7 +330,7 @@ class JmxReader:
 
 def default_classpath() -> str:
     """Kafka's jars: the lab's libs/ (a broker host passes its Kafka libs/ dir instead)."""
-    from kdiag.lab import classpath
+    from kdiag.lab_layout import classpath
 
     return classpath()
 

@@ -143,7 +143,7 @@ def test_snapshot_replay_never_connects(tmp_path):
     (tmp_path / "kafka.json").write_text(json.dumps({"sources": {"admin": load_state()}}))
     collector = KafkaAdminCollector("127.0.0.1:1")
     assert collector.collect(SnapshotRoot(tmp_path)) == samples_from_admin_state(load_state())
-    assert collector._admin is None
+    assert collector.worker.pid() is None
 
 
 # --- live tests against `kdiag lab` -------------------------------------------------------------------

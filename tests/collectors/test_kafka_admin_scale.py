@@ -1,5 +1,6 @@
-"""The AdminClient collector's flat-cost paths on the real lab: log end offsets in batches, the config cache,
-Empty groups left undescribed, and the partition/group series filters over real topics and groups."""
+"""The AdminClient's flat-cost paths on the real lab: log end offsets in batches, the config cache, Empty groups
+left undescribed (an AdminSession in this process, as the admin worker runs it), and the partition/group series
+filters over real topics and groups (the collector, through its worker)."""
 
 from __future__ import annotations
 
@@ -16,21 +17,23 @@ from waiting import wait_until
 
 from kdiag.cardinality import SeriesFilter
 from kdiag.collectors import kafka_admin
+from kdiag.collectors.admin_worker import AdminSession
 from kdiag.collectors.kafka_admin import KafkaAdminCollector
+from kdiag.kafka_client import ClientSettings
 from kdiag.root import Root
 
 PARTITIONS = 5
 
 
 @contextlib.contextmanager
-def collector(bootstrap: str, **kwargs) -> Iterator[KafkaAdminCollector]:
-    """A collector closed before the test deletes its topics (librdkafka #5093: no live clients through a deletion)."""
-    c = KafkaAdminCollector(bootstrap, **kwargs)
+def session(bootstrap: str, configs_interval: float = 0.0) -> Iterator[AdminSession]:
+    """An AdminSession closed before the test deletes its topics (librdkafka #5093: no live clients through a
+    deletion)."""
+    s = AdminSession(bootstrap, 10.0, ClientSettings(), configs_interval)
     try:
-        yield c
+        yield s
     finally:
-        c.close()
-        c._admin = None
+        s.close()
 
 
 @pytest.fixture
@@ -71,7 +74,7 @@ def ends(state: dict, topic: str) -> list[int | None]:
 def test_log_end_offsets_in_batches_match_list_offsets(topics, monkeypatch):
     # Batches of 3 over 10 partitions: batch edges fall inside the topics, and the last batch is short.
     monkeypatch.setattr(kafka_admin, "OFFSETS_BATCH", 3)
-    with collector(topics["bootstrap"]) as c:
+    with session(topics["bootstrap"]) as c:
         def complete() -> dict | None:
             state = c.fetch()
             return state if ends(state, topics["keep"]) == [1, 2, 3, 4, 5] else None
@@ -90,7 +93,7 @@ def test_log_end_offsets_in_batches_match_list_offsets(topics, monkeypatch):
 
 @pytest.mark.kafka
 def test_empty_group_lag_without_describing_it(topics):
-    with collector(topics["bootstrap"]) as c:
+    with session(topics["bootstrap"]) as c:
         state = c.fetch()
     group = state["consumer_groups"][topics["group"]]
     assert group["state"] == "EMPTY" and group["members"] == 0 and "idle_members" not in group
@@ -100,9 +103,12 @@ def test_empty_group_lag_without_describing_it(topics):
 @pytest.mark.kafka
 def test_series_filters_over_real_topics_and_groups(topics):
     keep, drop, group = topics["keep"], topics["drop"], topics["group"]
-    with collector(topics["bootstrap"], partition_series=SeriesFilter(allow=["scaletest-keep-.*"]),
-                   group_series=SeriesFilter(ignore=[group])) as c:
+    c = KafkaAdminCollector(topics["bootstrap"], partition_series=SeriesFilter(allow=["scaletest-keep-.*"]),
+                            group_series=SeriesFilter(ignore=[group]))
+    try:
         samples = c.collect(Root())
+    finally:
+        c.close()
     partition_topics = {dict(s.labels)["topic"] for s in samples if s.name == "kdiag_kafka_partition_leader"}
     assert keep in partition_topics and drop not in partition_topics
     offsets = {dict(s.labels)["topic"]: s.value for s in samples if s.name == "kdiag_kafka_topic_log_end_offset_total"}
@@ -123,7 +129,7 @@ def test_configs_are_cached_for_configs_interval_but_new_topics_read_at_once(top
     keep, late = topics["keep"], f"{topics['keep']}-late"
     admin = AdminClient({"bootstrap.servers": topics["bootstrap"]})
     try:
-        with collector(topics["bootstrap"], configs_interval=3600) as cached, collector(topics["bootstrap"]) as fresh:
+        with session(topics["bootstrap"], 3600) as cached, session(topics["bootstrap"]) as fresh:
             before = cached.fetch()["topics"][keep]["configs"]["flush.messages"]
             set_flush_messages(topics["bootstrap"], keep, "7")
             wait_until(lambda: fresh.fetch()["topics"][keep]["configs"]["flush.messages"] == "7", 30,

@@ -1,0 +1,141 @@
+"""A Python child process answering one JSON request per line: work whose library can crash is done there.
+
+librdkafka 2.16's AdminClient dereferences a NULL consumer group (segfault in rd_kafka_cgrp_op) when an
+OffsetFetch answer asks for a coordinator refresh, e.g. NOT_COORDINATOR while a broker restarts. In-process
+that kills the whole daemon; in a `WorkerProcess` it costs one answer, and the next request starts a new child.
+The first line sent is the child's settings (secrets travel on the pipe, never on argv); the child exits
+when its stdin closes, so it never outlives kdiag.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+
+class WorkerError(Exception):
+    """The child did not answer: it died, hung past the deadline or could not start."""
+
+
+def _death(returncode: int) -> str:
+    """How a child ended, as words: 'died from SIGSEGV' or 'exited with status 1'."""
+    if returncode < 0:
+        try:
+            return f"died from {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"died from signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+class WorkerProcess:
+    """One long-lived child running `python -m module`; restarted on the request after it dies or hangs."""
+
+    def __init__(self, module: str, settings: dict[str, Any], what: str):
+        self.module = module
+        self.settings = settings
+        self.what = what  # names the child in errors: "the AdminClient process"
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self.restarts = -1  # the first start is no restart
+
+    def pid(self) -> int | None:
+        """The running child's pid, if one runs."""
+        return self._process.pid if self._process and self._process.poll() is None else None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        # Its own session: a terminal's Ctrl-C reaches kdiag, which then stops the child itself.
+        process = subprocess.Popen([sys.executable, "-m", self.module], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   start_new_session=True)
+        assert process.stdin is not None
+        process.stdin.write(_line(self.settings))
+        process.stdin.flush()
+        return process
+
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """The child's answer to message within timeout seconds; WorkerError when it dies or hangs."""
+        with self._lock:
+            if self._process is not None and self._process.poll() is not None:
+                log.warning("%s %s since its last answer: starting a new one", self.what, _death(self._process.returncode))
+                self._process = None
+            if self._process is None:
+                self._process = self._start()
+                self.restarts += 1
+            process = self._process
+            assert process.stdin is not None and process.stdout is not None
+            try:
+                process.stdin.write(_line(message))
+                process.stdin.flush()
+            except OSError:
+                pass  # it died: reading says how
+            line = _read_line(process.stdout, time.monotonic() + timeout)
+            if line:
+                return json.loads(line)
+            if process.poll() is None:
+                self._kill(process)
+                raise WorkerError(f"{self.what} did not answer within {timeout:g}s: stopped it, a new one starts next time")
+            raise WorkerError(f"{self.what} {_death(process.returncode)}: a new one starts next time")
+
+    def _kill(self, process: subprocess.Popen[bytes]) -> None:
+        process.kill()
+        process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream:
+                stream.close()
+
+    def close(self) -> None:
+        """Stop the child: closing its stdin lets it finish, a kill follows if it does not within 5 s."""
+        with self._lock:
+            process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            if process.stdin:
+                process.stdin.close()
+            process.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self._kill(process)
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _read_line(stream: BinaryIO, deadline: float) -> str:
+    """One line from a child's stdout before deadline (monotonic); '' at EOF or when time runs out."""
+    fd = stream.fileno()
+    chunks: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return ""
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return ""
+        chunks.append(chunk)
+        if chunk.endswith(b"\n"):
+            return b"".join(chunks).decode("utf-8")
+
+
+def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str, Any]]]) -> None:
+    """The child's loop: read the settings line, handle = start(settings), then answer each request line with handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # kdiag decides when the child stops
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Answers go to a private copy of stdout; anything a library prints lands on stderr, never in an answer.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    handle = start(json.loads(sys.stdin.readline() or "{}"))
+    for line in sys.stdin:
+        out.write(_line(handle(json.loads(line))))
+        out.flush()

@@ -1,0 +1,106 @@
+"""The AdminClient's own process: a crash or a hang there costs one fetch, never kdiag; secrets stay off its argv."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from waiting import wait_until
+
+from kdiag.collectors.kafka_admin import KafkaAdminCollector, KafkaAdminError
+from kdiag.kafka_client import ClientSettings
+
+
+def state(pid: int) -> str:
+    """The process state letter of pid, 'X' when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+def dead(pid: int) -> bool:
+    """Whether pid is gone or a zombie."""
+    return state(pid) in "XZ"
+
+
+def waiting_for_an_answer() -> bool:
+    """Whether some thread is reading a worker's answer."""
+    frames = sys._current_frames().values()
+    return any(f.f_code.co_name == "_read_line" for frame in frames for f in _stack(frame))
+
+
+def _stack(frame):
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+@pytest.mark.kafka
+def test_a_segfault_in_the_admin_process_fails_one_fetch_and_the_next_starts_a_new_one(kafka_lab, caplog):
+    collector = KafkaAdminCollector(kafka_lab["bootstrap"], timeout=10.0)
+    try:
+        assert collector.fetch()["cluster_id"]
+        first = collector.worker.pid()
+        # librdkafka's NULL consumer group in an AdminClient's OffsetFetch error path ends a fetch the same way:
+        # the signal waits while the child is stopped, so it lands in the middle of the next fetch.
+        os.kill(first, signal.SIGSTOP)
+        wait_until(lambda: state(first) == "T", 30, "the admin process stopped")  # else SIGSEGV, dequeued first, kills it now
+        os.kill(first, signal.SIGSEGV)
+        with ThreadPoolExecutor(1) as pool:
+            fetching = pool.submit(collector.fetch)
+            wait_until(waiting_for_an_answer, 30, "the fetch sent and waiting for the stopped child")
+            os.kill(first, signal.SIGCONT)
+            with pytest.raises(KafkaAdminError, match="the AdminClient process died from SIGSEGV: a new one starts next time"):
+                fetching.result(60)
+        assert collector.fetch()["cluster_id"]
+        second = collector.worker.pid()
+        assert second not in (None, first) and collector.worker.restarts == 1
+        # A child that died between fetches is replaced on the next one, with a warning.
+        os.kill(second, signal.SIGSEGV)
+        wait_until(lambda: dead(second), 30, "the second admin process gone after SIGSEGV")
+        with caplog.at_level(logging.WARNING):
+            assert collector.fetch()["cluster_id"]
+        assert "the AdminClient process died from SIGSEGV since its last answer: starting a new one" in caplog.text
+        assert collector.worker.restarts == 2
+    finally:
+        collector.close()
+    assert collector.worker.pid() is None and dead(second)
+
+
+def test_a_hung_admin_process_is_stopped_at_the_deadline_and_replaced():
+    collector = KafkaAdminCollector("127.0.0.1:1", timeout=1.0)
+    try:
+        with pytest.raises(KafkaAdminError, match=r"127\.0\.0\.1:1"):
+            collector.fetch()  # nobody listens: the child answers with the error itself
+        hung = collector.worker.pid()
+        os.kill(hung, signal.SIGSTOP)
+        with pytest.raises(KafkaAdminError, match=r"did not answer within 5s: stopped it"):
+            collector.fetch()
+        assert dead(hung)
+        with pytest.raises(KafkaAdminError, match=r"127\.0\.0\.1:1"):
+            collector.fetch()
+        assert collector.worker.pid() not in (None, hung)
+    finally:
+        collector.close()
+
+
+def test_the_admin_process_gets_its_secrets_on_a_pipe_never_on_argv():
+    settings = ClientSettings.resolve({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN",
+                                       "sasl.username": "kdiag", "sasl.password": "hunter2-argv"})
+    collector = KafkaAdminCollector("127.0.0.1:1", timeout=1.0, settings=settings)
+    try:
+        with pytest.raises(KafkaAdminError) as error:
+            collector.fetch()
+        assert "hunter2" not in str(error.value)
+        pid = collector.worker.pid()
+        assert b"hunter2" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert b"hunter2" not in Path(f"/proc/{pid}/environ").read_bytes()
+    finally:
+        collector.close()
