@@ -104,7 +104,7 @@ def free_port() -> int:
 
 
 def children(pid: int) -> list[int]:
-    """Direct children of pid (kdiag's JmxTool JVMs)."""
+    """Direct children of pid (kdiag's JmxTool JVMs and AdminClient process)."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -196,7 +196,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
                 time.sleep(max(0.0, interval - took))
             cpu = sum(map(cpu_seconds, pids)) - cpu0
             elapsed = time.monotonic() - t0
-            jvm_rss = sum(rss_mb(p) for p in pids[1:])
+            children_rss = sum(rss_mb(p) for p in pids[1:])
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
@@ -207,7 +207,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
     first = min(cycles)
     late = [(t - first + CYCLE / 2) % CYCLE - CYCLE / 2 for t in cycles]
     admin_times = sorted(t for t in admin if t > 0)
-    return {"cpu_share": cpu / elapsed, "rss": max(rss), "jvm_rss": jvm_rss, "children": len(pids) - 1,
+    return {"cpu_share": cpu / elapsed, "rss": max(rss), "children_rss": children_rss, "children": len(pids) - 1,
             "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
             if len(admin_times) > 1 else math.nan,
             "scrape_p99": percentile(scrapes, 99), "series": len(lines),
@@ -257,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     bootstrap = config["kafka"]["bootstrap_servers"]
     sizes = sorted(int(s) for s in args.sizes.split(","))
     print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
-          f"CPU share of one core includes the JmxTool children\n")
+          f"CPU share of one core and RSS children include the JmxTool and AdminClient processes\n")
     print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | admin every | CPU (1 core) | RSS daemon "
-          "| RSS JmxTool | scrape p99 | cycle late max |")
+          "| RSS children | scrape p99 | cycle late max |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
     try:
         for size in sizes:
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             note = f" ({failed} failed)" if failed else ""
             print(f"| {topics * args.per_topic} | {groups} | {r['series']} ({r['kafka_series']}) | "
                   f"{percentile(fetches, 50):.2f}s | {percentile(fetches, 99):.2f}s{note} | {r['admin_every']:.0f}s | "
-                  f"{r['cpu_share'] * 100:.2f}% | {r['rss']:.0f} MB | {r['jvm_rss']:.0f} MB ({r['children']}) | "
+                  f"{r['cpu_share'] * 100:.2f}% | {r['rss']:.0f} MB | {r['children_rss']:.0f} MB ({r['children']}) | "
                   f"{r['scrape_p99'] * 1e3:.1f}ms | {r['cycle_late'] * 1e3:.0f}ms |", flush=True)
     finally:
         if not args.keep:
