@@ -148,7 +148,7 @@ class Background:
     def run(self) -> None:
         """Collect now unless a slow last run stretched the period; a failed collector's samples are dropped, not kept."""
         start = time.monotonic()
-        if start < self._next:
+        if self.adaptive and start < self._next:
             return
         samples = self.collectors.run(self.root)
         self._runs += 1
