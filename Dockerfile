@@ -6,8 +6,9 @@
 #   --pid=host                   the host's processes (brokers, top storage readers)
 #   --network=host               the host's NICs: /proc/net/* and /sys/class/net are per network namespace
 #   -v /proc:/host/proc:ro -v /sys:/host/sys:ro   and   run --procfs /host/proc --sysfs /host/sys
-# JMX: kdiag keeps one JmxTool JVM per broker (the JRE is in the image); mount the broker's jars and
-# set kafka.jmx_classpath, e.g. -v /opt/kafka/libs:/opt/kafka/libs:ro and jmx_classpath: /opt/kafka/libs/*
+# JMX: kdiag keeps one JmxTool JVM per broker (the JRE is in the image) on the broker's own jars: mount them at
+# the path the broker's -cp names (kdiag run takes it from the broker process), e.g. -v /opt/kafka/libs:/opt/kafka/libs:ro,
+# or set kafka.jmx_classpath
 #
 # Non-root, as the broker's uid (its /proc entries are then readable without any capability); see
 # docs/DEPLOY.md for what the two --cap-add flags do (under Docker: nothing for a non-root user).

@@ -22,7 +22,7 @@ def start_kdiag(cmd: list[str], port: int, nofile: int | None, log: Path) -> sub
     def limit() -> None:
         if nofile:
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-    proc = subprocess.Popen([*cmd, "run", "--listen", f"127.0.0.1:{port}"], stdout=log.open("wb"),
+    proc = subprocess.Popen([*cmd, "run", "--no-discover", "--listen", f"127.0.0.1:{port}"], stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, preexec_fn=limit)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

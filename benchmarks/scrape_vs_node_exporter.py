@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="kdiag-bench-"))
     kd_port, ne_port = free_port(), free_port()
     kd = Target("kdiag", kd_port,
-                [*shlex.split(args.kdiag_cmd), "run", "--listen", f"127.0.0.1:{kd_port}", "--interval", f"{args.interval:g}s"],
+                [*shlex.split(args.kdiag_cmd), "run", "--no-discover", "--listen", f"127.0.0.1:{kd_port}",
+                 "--interval", f"{args.interval:g}s"],
                 logs / "kdiag.log", ready_path="/healthz")
     ne = Target("node_exporter", ne_port, [node_exporter, f"--web.listen-address=127.0.0.1:{ne_port}"],
                 logs / "node_exporter.log")

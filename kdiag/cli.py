@@ -57,16 +57,27 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rules-dir", action="append", help="rule directory or file (repeatable; default: the shipped catalog)")
 
 
+def _run_config(args: argparse.Namespace) -> Config:
+    """The config of `kdiag run`: live, its unset Kafka items filled from the broker process on this host."""
+    config = _config(args)
+    if args.from_ or args.no_discover:
+        return config
+    from kdiag.broker_discovery import discover
+    from kdiag.root import Root
+
+    return discover(config, Root(config.procfs, config.sysfs))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.daemon import Daemon
     from kdiag.webserver import ListenError
 
     # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    config = _config(args)
+    config = _run_config(args)
     recording = Recording(args.from_) if args.from_ else None
     try:
-        daemon = Daemon(config, recording, reload_config=lambda: _config(args))
+        daemon = Daemon(config, recording, reload_config=lambda: _run_config(args))
     except ListenError as e:
         print(f"kdiag: {e}", file=sys.stderr)
         return 1
@@ -186,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=_duration, help="collection interval (default 5s)")
     _kafka(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="serve a recording, looping, as if live")
+    p.add_argument("--no-discover", action="store_true",
+                   help="do not fill unset Kafka settings from the broker process on this host")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("diagnose", help="print what is wrong, live or from a recording")

@@ -7,6 +7,7 @@ import functools
 import os
 import re
 import sys
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "kafka.max_series": (0, 10_000_000),
     "kafka.configs_interval": (0, 86400),
     "kafka.expected_brokers": (0, 2**31 - 1),
+    "kafka.local_broker_id": (0, 2**31 - 1),
     "nics.*.speed_mbps": (0, 10_000_000),
     "probe.interval": (0.01, 3600),
     "probe.replication_factor": (0, 32767),
@@ -94,7 +96,9 @@ class KafkaConfig:
     configs_interval: Duration = Duration(60.0)
     # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
     expected_brokers: list[int] = field(default_factory=list)
-    # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the `kdiag lab` jars.
+    # This host's broker (its node.id); null: found from the broker process on this host, else none (a load host).
+    local_broker_id: int | None = None
+    # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the local broker's, else the lab's.
     jmx_classpath: str = ""
     # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
     client: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -198,6 +202,11 @@ class Config:
 
 def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
+    if origin is types.UnionType and type(None) in typing.get_args(tp):
+        if value is None:
+            return None
+        (inner,) = (a for a in typing.get_args(tp) if a is not type(None))
+        return _convert(inner, value, path)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
     if tp is Duration:

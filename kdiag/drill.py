@@ -10,7 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kdiag.alertmanager import AlertPusher
@@ -19,8 +19,9 @@ from kdiag.collectors.processes import ProcessesCollector
 from kdiag.collectors.stat import StatCollector
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
-from kdiag.drills import Drill, Target
+from kdiag.drills import Drill, Target, probe_running
 from kdiag.pipeline import CollectorSet, Pipeline, State
+from kdiag.probe import ProbeService
 from kdiag.report_html import Timeline, frozen
 from kdiag.root import Root
 
@@ -68,11 +69,11 @@ class DrillResult:
 
 def first_time(rows: list[tuple[float, set[tuple[str, str, str]]]], rules: list[str], states: tuple[str, ...],
                since: float) -> float | None:
-    """Seconds after `since` at which every rule of `rules` was first seen in one of `states` (on any subject)."""
-    for t, active in rows:
-        if t >= since and all(any(r == rule and s in states for r, _, s in active) for rule in rules):
-            return round(t - since, 1)
-    return None
+    """Seconds after `since` by which every rule of `rules` had been seen in one of `states` (on any subject)."""
+    # Each rule on its own: a loss is an event whose symptom clears after a window, while its cause goes on firing.
+    firsts = [next((t for t, active in rows if t >= since and any(r == rule and s in states for r, _, s in active)),
+                   None) for rule in rules]
+    return None if not firsts or None in firsts else round(max(firsts) - since, 1)
 
 
 def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], expected: list[str],
@@ -119,6 +120,7 @@ class Monitor:
         collectors = CollectorSet(host + list(kafka.values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
         self.states: list[State] = []
+        self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
         self.pusher = AlertPusher(alertmanager, ALERT_INSTANCE, resend_interval=10.0) if alertmanager else None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -128,8 +130,9 @@ class Monitor:
         root = Root()
         while not self._stop.is_set():
             start = time.monotonic()
+            probe = self.probe
             try:
-                state = self.pipeline.step(root)
+                state = self.pipeline.step(root, probe.samples() if probe else None)
             except Exception as e:  # one failed step must not end the watch
                 log.warning("drill monitor step failed: %s", e)
             else:
@@ -235,6 +238,30 @@ class Runner:
         return results
 
     def _run_one(self, drill: Drill, result: DrillResult) -> None:
+        """The drill, with its probe (when it asks for one) fed to the monitor from before the baseline to the end."""
+        with ExitStack() as setup:
+            target = self._probed(drill, result, setup) if drill.probe else self.target
+            if target:
+                self._inject_and_revert(drill, result, target)
+
+    def _probed(self, drill: Drill, result: DrillResult, setup: ExitStack) -> Target | None:
+        """The target with the drill's probe steady and fed to the monitor until setup closes; None if it is not."""
+        try:
+            probe = setup.enter_context(probe_running(self.target, drill.probe))
+        except Exception as e:  # its topic could not be made: nothing to revert
+            result.error, result.reverted = f"probe topic {drill.probe.topic}: {type(e).__name__}: {e}", True
+            return None
+        self.monitor.probe = probe
+        setup.callback(setattr, self.monitor, "probe", None)
+        self.progress(f"drill {drill.name}: waiting for the probe on {drill.probe.topic} to be steady")
+        if not self._wait(probe.steady, 180):
+            why = probe.health()[1]
+            result.error = f"probe on {drill.probe.topic} not steady within 180 s" + (f": {why}" if why else "")
+            result.reverted = True  # nothing was injected
+            return None
+        return replace(self.target, probe=probe)
+
+    def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target) -> None:
         m = self.monitor
         causes = cluster_causes(m.rules)
         # Warm up: rates need two snapshots and the baseline needs a judged one.
@@ -249,7 +276,7 @@ class Runner:
         window_start = time.time()
         stack = ExitStack()
         try:
-            stack.enter_context(drill.inject(self.target))
+            stack.enter_context(drill.inject(target))
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
             rows = lambda: [(s.time, active_of(s)) for s in m.since(injected)]  # noqa: E731

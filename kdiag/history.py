@@ -94,8 +94,14 @@ def counter_increase(previous: float, current: float, kind: str) -> float:
 
 def window_rate(points: deque[tuple[float, float]], window: float, kind: str = COUNTER) -> float | None:
     """Per-second increase across the points in the last `window` seconds (at least two points)."""
-    end = points[-1][0]
-    selected = [p for p in points if p[0] >= end - window]
+    start = points[-1][0] - window
+    # From the newest point back: a series holds the whole retention (180 points at 5 s), a window only a few.
+    selected = []
+    for point in reversed(points):
+        if point[0] < start:
+            break
+        selected.append(point)
+    selected.reverse()
     if len(selected) < 2:
         # A window shorter than the interval still rates the last two points.
         if len(points) < 2:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,18 +35,59 @@ class CollectorTimeout(Exception):
     """A collector still running at its deadline."""
 
 
+class _Worker:
+    """A long-lived daemon thread running one collector at a time (a thread per run would be thousands an hour)."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
+        self._running = threading.Event()
+        threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            collector, root, answer = job
+            try:
+                result: tuple[str, Any] = ("samples", collector.collect(root))
+            except Exception as e:
+                result = ("error", e)
+            self._running.clear()  # before answering: the next run must never find it busy
+            answer.put(result)
+
+    def busy(self) -> bool:
+        """Whether a run that timed out is still going."""
+        return self._running.is_set()
+
+    def stop(self) -> None:
+        """End the thread once its current run is over."""
+        self._jobs.put(None)
+
+    def run(self, collector: Collector, root: Root, timeout: float) -> list[Sample]:
+        """The collector's samples within timeout; CollectorTimeout past it (the run goes on, busy() says so)."""
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        self._running.set()
+        self._jobs.put((collector, root, answer))
+        try:
+            kind, value = answer.get(timeout=timeout)
+        except queue.Empty:
+            raise CollectorTimeout(f"timed out after {timeout:g}s") from None
+        if kind == "error":
+            raise value
+        return value
+
+
 class CollectorSet:
     """Runs a group of collectors, each isolated: one failing or hanging source never stops the others.
 
-    With a timeout, each collector runs in a worker thread; one past its deadline counts as failed, its thread is
-    abandoned (a blocked read cannot be interrupted) and it is not started again while that thread still runs.
+    With a timeout, the collectors run one after another in a worker thread; a run past its deadline counts as failed
+    (a blocked read cannot be interrupted), keeps that thread, and its collector is not started again while it goes.
     """
 
     def __init__(self, collectors: list[Collector], timeout: float | None = None):
         self.collectors = collectors
         self.timeout = timeout
         self.health: dict[str, Health] = {c.name: Health() for c in collectors}
-        self._hung: dict[str, threading.Thread] = {}
+        self._worker: _Worker | None = None
+        self._hung: dict[str, _Worker] = {}  # a collector's run past its deadline, and the worker it holds
 
     def run(self, root: Root) -> list[Sample]:
         """Samples from every collector that succeeded; failures are logged once per failure streak."""
@@ -71,26 +113,19 @@ class CollectorSet:
         if self.timeout is None:
             return c.collect(root)
         hung = self._hung.get(c.name)
-        if hung is not None and hung.is_alive():
-            raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
-        result: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                result["samples"] = c.collect(root)
-            except Exception as e:
-                result["error"] = e
-
-        worker = threading.Thread(target=work, name=f"collector-{c.name}", daemon=True)
-        worker.start()
-        worker.join(self.timeout)
-        if worker.is_alive():
-            self._hung[c.name] = worker
-            raise CollectorTimeout(f"timed out after {self.timeout:g}s")
-        self._hung.pop(c.name, None)
-        if "error" in result:
-            raise result["error"]
-        return result["samples"]
+        if hung is not None:
+            if hung.busy():
+                raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
+            self._hung.pop(c.name).stop()
+        if self._worker is None:
+            self._worker = _Worker()
+        worker = self._worker
+        try:
+            return worker.run(c, root, self.timeout)
+        except CollectorTimeout:
+            # The worker stays with the hung run; the other collectors get a new one.
+            self._hung[c.name], self._worker = worker, None
+            raise
 
     def help(self) -> dict[str, str]:
         """HELP text of every metric these collectors emit."""

@@ -366,6 +366,21 @@ class ProbeService:
 
     # -- metrics ---------------------------------------------------------------------------------------
 
+    def per_broker(self, name: str) -> dict[str, float]:
+        """broker_id -> value of one per-broker probe series (kdiag_probe_messages_acked_total, ...)."""
+        return {dict(s.labels)["broker_id"]: s.value for s in self.samples() if s.name == name}
+
+    def steady(self) -> bool:
+        """Every probe partition in sync on its preferred leader; every live broker prefers one, fully available."""
+        with self._lock:
+            topology = self._topology
+        if topology is None or probe_topic.lacking(topology):
+            return False
+        in_sync = all(topology.leaders[p] == replicas[0] and topology.isrs[p] == sorted(replicas)
+                      for p, replicas in topology.replicas.items())
+        available = self.per_broker("kdiag_probe_availability_ratio")
+        return in_sync and all(available.get(str(b)) == 1.0 for b in topology.live)
+
     def samples(self) -> list[Sample]:
         """Every probe series as of now; cheap (no I/O), safe from any thread."""
         out = [sample("kdiag_probe_slo_seconds", self.config.slo_seconds)]

@@ -9,6 +9,7 @@ when its stdin closes, so it never outlives kdiag.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -81,9 +82,13 @@ class WorkerProcess:
             line = _read_line(process.stdout, time.monotonic() + timeout)
             if line:
                 return json.loads(line)
-            if process.poll() is None:
+            self._process = None  # said once here, not again on the next request
+            if line is None:
                 self._kill(process)
                 raise WorkerError(f"{self.what} did not answer within {timeout:g}s: stopped it, a new one starts next time")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)  # its stdout closed: it is exiting
+            self._kill(process)
             raise WorkerError(f"{self.what} {_death(process.returncode)}: a new one starts next time")
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
@@ -112,14 +117,14 @@ def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-def _read_line(stream: BinaryIO, deadline: float) -> str:
-    """One line from a child's stdout before deadline (monotonic); '' at EOF or when time runs out."""
+def _read_line(stream: BinaryIO, deadline: float) -> str | None:
+    """One line from a child's stdout before deadline (monotonic); '' at EOF, None when time runs out."""
     fd = stream.fileno()
     chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return ""
+            return None
         chunk = os.read(fd, 1 << 20)
         if not chunk:
             return ""

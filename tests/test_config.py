@@ -181,7 +181,7 @@ def test_every_numeric_key_has_a_range_that_holds_its_default():
     assert set(keys) == set(LIMITS), "add the new key's range to config.LIMITS (and drop stale ones)"
     for key, default in keys.items():
         low, high = LIMITS[key]
-        assert all(low <= v <= high for v in (default if isinstance(default, list) else [default])), key
+        assert all(low <= v <= high for v in (default if isinstance(default, list) else [default] if default is not None else [])), key
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -34,7 +34,10 @@ def kdiag(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def test_seconds_to_pending_and_firing_count_from_the_injection_and_need_every_expected_rule():
     assert first_time(ROWS, ["forced_fsync"], ("pending", "firing"), 100.0) == 1.0
     assert first_time(ROWS, ["forced_fsync"], ("firing",), 100.0) == 16.0
-    assert first_time(ROWS, ["forced_fsync", "broker_down"], ("firing",), 100.0) is None
+    # Each rule counts from its own first firing: a cause still firing after its transient symptom cleared.
+    assert first_time(ROWS, ["forced_fsync", "broker_down"], ("firing",), 100.0) == 30.0
+    assert first_time(ROWS, ["forced_fsync", "swap_in_use"], ("firing",), 100.0) is None
+    assert first_time(ROWS, [], ("firing",), 100.0) is None
     assert first_time(ROWS, ["forced_fsync"], ("firing",), 120.0) is None  # before `since` does not count
 
 
@@ -78,6 +81,7 @@ def test_unknown_drills_and_no_drills_are_usage_errors():
     assert kdiag("drill", "run").returncode == 2
     listed = kdiag("drill", "list")
     assert listed.returncode == 0 and "forced-fsync " in listed.stdout and "nic_irq_on_cpu0" in listed.stdout
+    assert "probe-loss             probe_messages_lost,broker_down" in listed.stdout
 
 
 def test_diagnose_html_needs_a_recording_and_an_output():

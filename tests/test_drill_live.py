@@ -123,7 +123,8 @@ def test_an_interrupted_drill_reverts_its_fault(cluster):
 
 
 @breaking
-@pytest.mark.parametrize(("name", "sig"), [("forced-fsync-broker", signal.SIGINT), ("broker-kill", signal.SIGTERM)])
+@pytest.mark.parametrize(("name", "sig"), [("forced-fsync-broker", signal.SIGINT), ("broker-kill", signal.SIGTERM),
+                                           ("probe-loss", signal.SIGINT)])
 def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name, sig):
     rc, results, err = interrupt_mid_injection(name, sig)
     assert rc == 130 and results[0]["reverted"], err
@@ -133,12 +134,12 @@ def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name,
 @breaking
 @detection
 def test_cluster_drills_are_diagnosed_and_reverted(cluster):
-    names = ["forced-fsync-broker", "broker-freeze"]
+    names = ["forced-fsync-broker", "broker-freeze", "probe-loss"]
     assert_passed(drill(*names), names)
     wait_until(lambda: not cluster_whole(cluster), 60, "the cluster whole after the drills")
 
 
-@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 8 minutes")
+@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 15 minutes")
 def test_every_drill(cluster, tmp_path):
     results = drill("--all", "--html", str(tmp_path / "drills.html"), timeout=2400)
     assert_passed([r for r in results if not r["replayed"]], [r["name"] for r in results if not r["replayed"]])

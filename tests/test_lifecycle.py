@@ -54,7 +54,7 @@ class Kdiag:
         self.port = free_port()
         self.log = tmp / f"kdiag-{self.port}.log"
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--listen", f"127.0.0.1:{self.port}",
+            self.proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--no-discover", "--listen", f"127.0.0.1:{self.port}",
                                           *args], stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

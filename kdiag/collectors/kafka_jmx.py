@@ -11,6 +11,7 @@ consumer).
 from __future__ import annotations
 
 import csv
+import glob
 import logging
 import math
 import os
@@ -328,11 +329,15 @@ class JmxReader:
         self.process.wait()
 
 
+NO_JARS = ("no Kafka jars to run JmxTool: set kafka.jmx_classpath to your Kafka's libs/* (none came from a broker "
+           "process on this host, nor from a `kdiag lab`)")
+
+
 def default_classpath() -> str:
-    """Kafka's jars: the lab's libs/ (a broker host passes its Kafka libs/ dir instead)."""
+    """The `kdiag lab` jars when there are any, else "" (a broker host's jars come from its process: broker_discovery)."""
     from kdiag.lab_layout import classpath
 
-    return classpath()
+    return classpath() if glob.glob(classpath()) else ""
 
 
 class KafkaJmxCollector:
@@ -386,6 +391,8 @@ class KafkaJmxCollector:
 
     def fetch(self) -> dict[str, Any]:
         """The JSON-serialisable JMX state of every endpoint."""
+        if not self.classpath:
+            raise RuntimeError(NO_JARS)
         with self._lock:
             readers = {url: self._reader(url) for url in self.urls}
             deadline = time.monotonic() + self.timeout

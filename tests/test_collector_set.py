@@ -1,0 +1,51 @@
+"""CollectorSet's worker threads: one for all runs, a new one only while a hung run keeps the old."""
+
+from __future__ import annotations
+
+import threading
+
+from waiting import wait_until
+
+from kdiag.pipeline import CollectorSet
+from kdiag.root import Root
+from kdiag.sample import GAUGE, sample
+
+
+class Counting:
+    """A collector that returns one sample, or blocks while `gate` is closed."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.help: dict[str, str] = {}
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def collect(self, root: Root):
+        self.gate.wait()
+        return [sample(f"kdiag_test_{self.name}", 1, GAUGE)]
+
+
+def workers() -> int:
+    return sum(t.name == "collector-worker" for t in threading.enumerate())
+
+
+def test_runs_share_one_worker_thread():
+    before = workers()
+    collectors = CollectorSet([Counting("a"), Counting("b"), Counting("c")], timeout=30)
+    for _ in range(50):
+        assert len(collectors.run(Root())) == 3
+    assert workers() == before + 1
+
+
+def test_a_hung_run_keeps_its_thread_the_others_go_on_and_it_comes_back_when_it_ends():
+    before = workers()
+    hung, fine = Counting("hung"), Counting("fine")
+    collectors = CollectorSet([hung, fine], timeout=0.5)
+    hung.gate.clear()
+    assert [s.name for s in collectors.run(Root())] == ["kdiag_test_fine"]
+    assert [s.name for s in collectors.run(Root())] == ["kdiag_test_fine"]
+    assert "still hangs" in collectors.health["hung"].error
+    assert workers() == before + 2  # the hung run's thread and the one serving the others
+    hung.gate.set()
+    wait_until(lambda: len(collectors.run(Root())) == 2, 30, "the hung collector back once its run ended")
+    wait_until(lambda: workers() == before + 1, 30, "the hung run's thread gone")
