@@ -12,7 +12,8 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag.collectors.kafka_admin import KafkaAdminCollector, samples_from_admin_state
+from kdiag.collectors.kafka_admin import KafkaAdminCollector
+from kdiag.collectors.kafka_admin_samples import samples_from_admin_state
 from kdiag.lab import read_lab
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kdiag import yamlsafe
+from kdiag.cardinality import SeriesFilter
 from kdiag.engine import parse_duration
 from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_settings
 from kdiag.kafka_client import ClientConfigError, ClientSettings
@@ -40,6 +41,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "kafka.jmx_interval": (0.5, 3600),
     "kafka.timeout": (0.1, 300),
     "kafka.max_partition_series": (0, 1_000_000),
+    "kafka.max_series": (0, 10_000_000),
+    "kafka.configs_interval": (0, 86400),
     "kafka.expected_brokers": (0, 2**31 - 1),
     "kafka.local_broker_id": (0, 2**31 - 1),
     "nics.*.speed_mbps": (0, 10_000_000),
@@ -83,6 +86,14 @@ class KafkaConfig:
     jmx_interval: Duration = Duration(30.0)
     timeout: Duration = Duration(10.0)
     max_partition_series: int = 2000
+    # Per-partition series only for topics matching (regexes matching the whole name); the others: topic series only.
+    partition_series: SeriesFilter = field(default_factory=SeriesFilter)
+    # Per-topic lag series only for groups matching; the others: one lag series per group, without a topic label.
+    group_series: SeriesFilter = field(default_factory=SeriesFilter)
+    # At most this many kdiag_kafka_* series in /metrics (the finest dropped first, counted by kdiag_series_dropped_total).
+    max_series: int = 100_000
+    # How often topic and broker configs are re-read (a new topic's at once); 0: every fetch.
+    configs_interval: Duration = Duration(60.0)
     # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
     expected_brokers: list[int] = field(default_factory=list)
     # This host's broker (its node.id); null: found from the broker process on this host, else none (a load host).
@@ -120,6 +131,11 @@ class KafkaConfig:
             raise ConfigError(f"kafka.coordination_topic: {quote(self.coordination_topic)} is not a Kafka topic name")
         if not self.coordination_group:
             raise ConfigError("kafka.coordination_group: must not be empty")
+        for name in ("partition_series", "group_series"):
+            try:
+                getattr(self, name).check(f"kafka.{name}")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self.jmx_username and not self.jmx_password_file:
             raise ConfigError("kafka.jmx_username: set kafka.jmx_password_file too")
         for name in ("jmx_password_file", "jmx_truststore", "jmx_truststore_password_file"):

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 
 # After SIGTERM/SIGINT, whatever still hangs (a collector thread, a Kafka client) gets this long before os._exit.
 SHUTDOWN_GRACE_SECONDS = 5.0
+# An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next.
+STRETCH = 20.0
+# 4 x 15 s keeps two fetches inside the 120 s over which lag growth is measured.
+MAX_STRETCH = 4.0
 # Config keys a reload applies; the others need a restart.
 RELOADABLE = ("rules_dirs", "interval", "signal_window", "collector_timeout")
 
@@ -69,8 +73,10 @@ def admin_collector(config: Config) -> Collector:
     """The AdminClient collector; with no bootstrap servers it can only replay recordings."""
     from kdiag.collectors.kafka_admin import KafkaAdminCollector
 
-    return KafkaAdminCollector(config.kafka.bootstrap_servers, config.kafka.timeout, config.kafka.max_partition_series,
-                               config.kafka.client_settings, config.kafka.expected_brokers)
+    kafka = config.kafka
+    return KafkaAdminCollector(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series,
+                               kafka.client_settings, kafka.expected_brokers, partition_series=kafka.partition_series,
+                               group_series=kafka.group_series, configs_interval=kafka.configs_interval)
 
 
 def jmx_collector(config: Config) -> Collector:
@@ -129,17 +135,33 @@ def replay(recording: Recording, config: Config, on_step: Callable[[State], None
 class Background:
     """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
 
-    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float):
+    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False):
         self.collectors = CollectorSet(collectors, timeout)
         self.root = root
         self.every = every
+        self.adaptive = adaptive
+        self.period = every  # every, or longer (adaptive) while runs take long
+        self._next = 0.0
+        self._runs = 0
         self._samples: list[Sample] = []
         self._at = time.monotonic()
         self._lock = threading.Lock()
 
     def run(self) -> None:
-        """Collect now; a failed collector's samples are dropped rather than served stale."""
+        """Collect now unless a slow last run stretched the period; a failed collector's samples are dropped, not kept."""
+        start = time.monotonic()
+        if self.adaptive and start < self._next:
+            return
         samples = self.collectors.run(self.root)
+        self._runs += 1
+        # A fetch that takes long (tens of thousands of partitions, a thousand groups) spaces out the next ones so
+        # Kafka work stays a small share of the host; the job still fires every `every` and skips until then. The
+        # first run is left out: it pays for connecting and reading every config. A failed run is retried at the pace.
+        if self.adaptive and self._runs > 1:
+            took = time.monotonic() - start
+            ok = all(h.success for h in self.collectors.health.values())
+            self.period = min(max(self.every, took * STRETCH), MAX_STRETCH * self.every) if ok else self.every
+        self._next = start + self.period - min(1.0, self.every / 2)
         with self._lock:
             self._samples, self._at = samples, time.monotonic()
 
@@ -148,7 +170,7 @@ class Background:
         with self._lock:
             samples, health = self._samples, {k: dataclasses.replace(h) for k, h in self.collectors.health.items()}
             age = time.monotonic() - self._at
-        if age <= 2 * self.every + self.collectors.timeout:
+        if age <= 2 * self.period + self.collectors.timeout:
             return samples, health
         for h in health.values():
             h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
@@ -172,7 +194,8 @@ class Daemon:
             # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
             every = {"admin": config.kafka.interval, "jmx": config.kafka.jmx_interval}
             for source, collector in kafka_collectors(config).items():
-                self.background.append(Background([collector], live_root, every[source], kafka_deadline(config)))
+                self.background.append(Background([collector], live_root, every[source], kafka_deadline(config),
+                                                  adaptive=source == "admin"))
         host = recording.host if recording else socket.gethostname()
         self.pipeline = Pipeline(self.collectors, self.rules, host, config.history, config.signal_window,
                                  config.kafka.cluster_name, config.kafka.local_broker_id)
@@ -180,13 +203,14 @@ class Daemon:
         self.state_file = StateFile(path, host) if path else None
         if self.state_file:
             self.pipeline.restore(self.state_file.load(self.rules, time.time()))
-        self.published = Published(self._stale_after())
+        self.published = Published(self._stale_after(), config.kafka.max_series)
         self.exporter = Exporter(config.listen, self.published, config.web_config)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
         self._stop = False
         self._reload = False
         self._live_root = live_root
+        self._handed: dict[int, list[Sample]] = {}  # per background job, the samples last handed to the pipeline
         self.probe = None
         self._probe_last_ok: float | None = None
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
@@ -241,12 +265,19 @@ class Daemon:
         if self.pusher:
             self.pusher.offer(state)
 
-    def _extra(self) -> tuple[list[Sample], dict[str, Health]]:
+    def _extra(self) -> tuple[list[Sample], list[Sample], dict[str, Health]]:
+        """Samples gathered off the cycle: new ones, ones an earlier cycle already added (carried), and health."""
         samples: list[Sample] = []
+        carried: list[Sample] = []
         health: dict[str, Health] = {}
         for background in self.background:
             got, h = background.latest()
-            samples += got
+            # Each run makes a new list: the same list again means no fetch since the last cycle.
+            if got is self._handed.get(id(background)):
+                carried += got
+            else:
+                samples += got
+                self._handed[id(background)] = got
             health.update(h)
         if self.probe:
             # The probe runs in its own threads; here it only hands over its counters.
@@ -255,11 +286,11 @@ class Daemon:
             if ok:
                 self._probe_last_ok = self._live_root.now()
             health["probe"] = Health(ok, 0.0, self._probe_last_ok, error)
-        return samples, health
+        return samples, carried, health
 
     def _live_step(self) -> None:
-        samples, health = self._extra()
-        self._publish(self.pipeline.step(self._live_root, samples, health))
+        samples, carried, health = self._extra()
+        self._publish(self.pipeline.step(self._live_root, samples, health, carried))
 
     def _replay_step(self) -> None:
         # Loop over the recording with times shifted so it reads as live, for demos and integration tests.

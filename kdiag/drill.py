@@ -106,7 +106,8 @@ class Monitor:
 
     def __init__(self, target: Target, alertmanager: str = ""):
         overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
-                     "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs}
+                     "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
+                     "kafka.configs_interval": "0s"}  # the config drills need each change seen at once
         config = load_config(None, overrides)
         self.rules = load_rules(config)
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.

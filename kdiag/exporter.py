@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import logging
 import time
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
 
 from kdiag import __version__
+from kdiag.cardinality import DROPPED, DROPPED_HELP, cap_kafka_series
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 from kdiag.scope import diagnosis_labels, explains_labels, exported, with_cluster
 
+log = logging.getLogger(__name__)
 MAX_REASON = 300
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
 
@@ -39,24 +43,58 @@ def _family(name: str, kind: str, help_text: str) -> Metric:
     return Metric(base, help_text, kind)
 
 
-class StateCollector:
-    """A prometheus_client collector over one published State."""
+class _Families:
+    """A registry stand-in for generate_latest: just these families."""
 
-    def __init__(self, state: State, help_text: dict[str, str]):
+    def __init__(self, families: list[Metric]):
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+class FamilyCache:
+    """Each sample family's exposition text, rendered again only when its samples or help change.
+
+    Kafka's thousands of series change once per fetch (15 s or more), not every cycle: they are not re-rendered.
+    """
+
+    def __init__(self) -> None:
+        self._rendered: dict[str, tuple[tuple, bytes]] = {}
+
+    def render(self, samples: list[Sample], help_text: dict[str, str]) -> bytes:
+        """The exposition of every family of samples, in the samples' order."""
+        grouped: dict[str, list[Sample]] = {}
+        for s in samples:
+            grouped.setdefault(histogram_family(s.name) if s.kind == HISTOGRAM else s.name, []).append(s)
+        rendered = {}
+        for family, members in grouped.items():
+            key = (tuple(members), help_text.get(family, family))
+            previous = self._rendered.get(family)
+            if previous and previous[0] == key:
+                rendered[family] = previous
+                continue
+            fam = _family(family, exposition_type(members[0]), key[1])
+            for s in members:
+                fam.add_sample(s.name, dict(s.labels), s.value)
+            rendered[family] = (key, generate_latest(_Families([fam])))
+        self._rendered = rendered
+        return b"".join(text for _, text in rendered.values())
+
+
+class StateCollector:
+    """A prometheus_client collector over one published State's health and diagnoses (samples: FamilyCache)."""
+
+    def __init__(self, state: State, dropped_total: float = 0.0):
         self.state = state
-        self.help = help_text
+        self.dropped_total = dropped_total
 
     def collect(self):
-        """Every sample of the state, collector health and diagnoses, as metric families."""
-        families: dict[str, Metric] = {}
-        for s in with_cluster(self.state.samples, self.state.cluster):
-            family = histogram_family(s.name) if s.kind == HISTOGRAM else s.name
-            fam = families.get(family)
-            if fam is None:
-                fam = families[family] = _family(family, exposition_type(s), self.help.get(family, family))
-            fam.add_sample(s.name, dict(s.labels), s.value)
-        yield from families.values()
+        """Collector health, the series the cap dropped, and diagnoses, as metric families."""
         yield from self._health()
+        dropped = Metric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
+        dropped.add_sample(DROPPED, {}, self.dropped_total)
+        yield dropped
         yield from self._diagnoses()
 
     def _health(self):
@@ -109,19 +147,21 @@ def failing_lines(state: State) -> bytes:
                    if not h.success and h.error).encode()
 
 
-def render_metrics(state: State, help_text: dict[str, str]) -> bytes:
+def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
+                   dropped_total: float = 0.0) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
+    samples = (cache or FamilyCache()).render(with_cluster(state.samples, state.cluster), help_text)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(state, help_text))
+    registry.register(StateCollector(state, dropped_total))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
-    return generate_latest(registry)
+    return samples + generate_latest(registry)
 
 
 class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
-    def __init__(self, stale_after: float = float("inf")):
+    def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000):
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
@@ -130,10 +170,18 @@ class Published:
         # /healthz turns 503 when no cycle completed for this long.
         self.stale_after = stale_after
         self.completed = time.monotonic()
+        self.max_kafka_series = max_kafka_series
+        self.dropped_total = 0.0
+        self._families = FamilyCache()
 
     def publish(self, state: State, help_text: dict[str, str]) -> None:
-        """Render a new state once; scrapes then serve it as it is."""
-        metrics = render_metrics(state, help_text)
+        """Render a new state once (at most max_kafka_series Kafka series); scrapes then serve it as it is."""
+        samples, dropped = cap_kafka_series(state.samples, self.max_kafka_series)
+        if dropped and self.dropped_total == 0:
+            log.warning("kafka.max_series: %d Kafka series over the cap of %d are left out of /metrics "
+                        "(kdiag_series_dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
+        self.dropped_total += dropped
+        metrics = render_metrics(dataclasses.replace(state, samples=samples), help_text, self._families, self.dropped_total)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
         self.failing = failing_lines(state)

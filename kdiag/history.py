@@ -19,35 +19,48 @@ class History:
         self.retention = retention
         self._points: dict[Key, deque[tuple[float, float]]] = {}
         self._kinds: dict[Key, str] = {}
+        # When each series was last present: a carried sample (fetched earlier, already added) is present without
+        # a new point, so rates over Kafka's fetches see real steps, not a staircase of repeated values.
+        self._seen: dict[Key, float] = {}
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
         self.latest_time: float | None = None
 
-    def add(self, t: float, samples: Iterable[Sample]) -> None:
-        """Append one snapshot taken at time t and drop what is older than the retention."""
+    def add(self, t: float, samples: Iterable[Sample], carried: Iterable[Sample] = ()) -> None:
+        """Append one snapshot taken at time t, mark the carried samples present (a point only for a series it
+        does not hold), and drop what is older than the retention."""
         for s in samples:
+            self._append(t, s)
+        for s in carried:
             key = (s.name, s.labels)
-            points = self._points.get(key)
-            if points is None:
-                points = self._points[key] = deque()
-                self._by_name.setdefault(s.name, {})[key] = None
-            self._kinds[key] = s.kind
-            points.append((t, s.value))
+            if key in self._points:
+                self._seen[key] = t
+            else:
+                self._append(t, s)
         self.latest_time = t
         horizon = t - self.retention
         for key, points in list(self._points.items()):
             while points and points[0][0] < horizon:
                 points.popleft()
             if not points:
-                del self._points[key], self._kinds[key]
+                del self._points[key], self._kinds[key], self._seen[key]
                 self._by_name[key[0]].pop(key, None)
+
+    def _append(self, t: float, s: Sample) -> None:
+        key = (s.name, s.labels)
+        points = self._points.get(key)
+        if points is None:
+            points = self._points[key] = deque()
+            self._by_name.setdefault(s.name, {})[key] = None
+        self._kinds[key] = s.kind
+        self._seen[key] = t
+        points.append((t, s.value))
 
     def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
         for key in self._by_name.get(name, ()):
-            points = self._points[key]
-            if points[-1][0] == self.latest_time:
-                yield dict(key[1]), points, self._kinds[key]
+            if self._seen[key] == self.latest_time:
+                yield dict(key[1]), self._points[key], self._kinds[key]
 
     def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
         """(labels, points) of every series with this name seen within the retention, absent now or not."""
@@ -56,18 +69,17 @@ class History:
 
     def latest(self, name: str, **labels: str) -> float | None:
         """Latest value of one series, or None when it is absent from the latest snapshot."""
-        points = self._points.get((name, tuple(sorted(labels.items()))))
-        if not points or points[-1][0] != self.latest_time:
+        key = (name, tuple(sorted(labels.items())))
+        if self._seen.get(key) != self.latest_time:
             return None
-        return points[-1][1]
+        return self._points[key][-1][1]
 
     def rate(self, name: str, window: float, **labels: str) -> float | None:
         """Per-second increase of one counter over the last `window` seconds, or None without two points."""
         key = (name, tuple(sorted(labels.items())))
-        points = self._points.get(key)
-        if not points or points[-1][0] != self.latest_time:
+        if self._seen.get(key) != self.latest_time:
             return None
-        return window_rate(points, window, self._kinds[key])
+        return window_rate(self._points[key], window, self._kinds[key])
 
 
 def counter_increase(previous: float, current: float, kind: str) -> float:

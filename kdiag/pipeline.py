@@ -194,13 +194,15 @@ class Pipeline:
             self.engine = engine
 
     def step(self, root: Root, extra: list[Sample] | None = None,
-             extra_health: dict[str, Health] | None = None) -> State:
-        """Collect at root.now() (plus samples gathered elsewhere), then derive signals and diagnoses."""
+             extra_health: dict[str, Health] | None = None, carried: list[Sample] | None = None) -> State:
+        """Collect at root.now() (plus samples gathered elsewhere, and carried ones an earlier step already added),
+        then derive signals and diagnoses."""
         t = root.now()
-        samples = self.collectors.run(root) + list(extra or [])
+        fresh = self.collectors.run(root) + list(extra or [])
+        samples = fresh + list(carried or [])
         self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
         with self._lock:
-            self.history.add(t, samples)
+            self.history.add(t, fresh, carried or ())
             signals = compute_signals(self.history, self.window)
             if self._hold:
                 # One snapshot gives no rates: judging on it would resolve everything that needs them.

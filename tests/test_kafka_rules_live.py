@@ -68,7 +68,8 @@ class Observer:
 
     def __init__(self, cluster: dict):
         config = load_config(None, {"kafka.bootstrap_servers": cluster["bootstrap"],
-                                    "kafka.jmx": list(cluster["jmx"].values()), "kafka.timeout": "8s"})
+                                    "kafka.jmx": list(cluster["jmx"].values()), "kafka.timeout": "8s",
+                                    "kafka.configs_interval": "0s"})  # a config change is seen at the next step
         self.pipeline = Pipeline(CollectorSet(list(kafka_collectors(config).values())), load_rules(config),
                                  "live", window=10.0)
         self.root = Root()

@@ -18,12 +18,8 @@ import pytest
 from golden import FIXTURES, assert_golden
 from waiting import wait_until
 
-from kdiag.collectors.kafka_admin import (
-    KafkaAdminCollector,
-    KafkaAdminError,
-    config_number,
-    samples_from_admin_state,
-)
+from kdiag.collectors.kafka_admin import KafkaAdminCollector, KafkaAdminError
+from kdiag.collectors.kafka_admin_samples import config_number, samples_from_admin_state
 from kdiag.root import Root, SnapshotRoot, TeeRoot
 from kdiag.sample import COUNTER, Sample
 

@@ -1,0 +1,287 @@
+"""kdiag's cost against the number of partitions and consumer groups: one table row per size.
+
+For each size (ascending), the script tops the lab up to that many partitions (topics of --per-topic partitions,
+`scale-t0000`...) and consumer groups (`scale-g0000`..., each with committed offsets on every partition of one
+topic), runs `kdiag run` with the lab's config and the default intervals for --window seconds while scraping it
+like Prometheus, stops it, then times the AdminClient fetch in this process. Topics and groups are deleted at
+the end unless --keep (kdiag is stopped first: librdkafka #5093 crashes clients that live through a deletion).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import http.client
+import itertools
+import math
+import os
+import signal
+import socket
+import subprocess
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kdiag.collectors.kafka_admin import KafkaAdminCollector
+from kdiag.lab import lab_config, read_lab
+
+TOPIC, GROUP = "scale-t{:04d}", "scale-g{:04d}"
+TICKS = os.sysconf("SC_CLK_TCK")
+CYCLE = 5.0  # kdiag's default interval
+
+
+def progress(message: str) -> None:
+    """One progress line on stderr, so the table on stdout stays clean."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100), nearest-rank; NaN for no values."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else math.nan
+
+
+def existing(admin: AdminClient, prefix: str) -> tuple[set[str], set[str]]:
+    """The benchmark's topics and groups already on the cluster."""
+    topics = {t for t in admin.list_topics(timeout=30).topics if t.startswith(prefix + "t")}
+    groups = {g.group_id for g in admin.list_consumer_groups().result(timeout=60).valid if g.group_id.startswith(prefix + "g")}
+    return topics, groups
+
+
+def grow(admin: AdminClient, topics: int, groups: int, per_topic: int) -> None:
+    """Create the missing topics (in batches of 50) and groups (each committed at offset 0 on one topic)."""
+    have_topics, have_groups = existing(admin, "scale-")
+    wanted = [TOPIC.format(i) for i in range(topics) if TOPIC.format(i) not in have_topics]
+    for start in range(0, len(wanted), 50):
+        batch = wanted[start:start + 50]
+        futures = admin.create_topics([NewTopic(t, num_partitions=per_topic, replication_factor=1) for t in batch],
+                                      request_timeout=120)
+        for f in futures.values():
+            f.result(timeout=180)
+        progress(f"  topics: {len(have_topics) + start + len(batch)}/{topics}")
+    deadline = time.monotonic() + 300
+    while sum(1 for t in admin.list_topics(timeout=30).topics.values()
+              if t.topic.startswith("scale-t") and len(t.partitions) == per_topic) < topics:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the cluster did not show {topics} topics of {per_topic} partitions")
+        time.sleep(1)
+    missing = [i for i in range(groups) if GROUP.format(i) not in have_groups]
+    for start in range(0, len(missing), 20):
+        futures = []
+        for i in missing[start:start + 20]:
+            tps = [TopicPartition(TOPIC.format(i % topics), p, 0) for p in range(per_topic)]
+            # The API takes one group per call: issue 20, then wait for them.
+            futures += admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
+                                                          request_timeout=120).values()
+        for f in futures:
+            f.result(timeout=180)
+        if (start // 20) % 10 == 9 or start + 20 >= len(missing):
+            progress(f"  groups: {len(have_groups) + start + len(missing[start:start + 20])}/{groups}")
+
+
+def cleanup(bootstrap: str) -> None:
+    """Delete the benchmark's groups and topics with a fresh client (kdiag is stopped by now)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topics, groups = existing(admin, "scale-")
+    for f in admin.delete_consumer_groups(sorted(groups), request_timeout=60).values() if groups else ():
+        f.result(timeout=120)
+    for f in admin.delete_topics(sorted(topics), operation_timeout=120).values() if topics else ():
+        f.result(timeout=180)
+    progress(f"deleted {len(topics)} topics and {len(groups)} groups")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of pid (kdiag's JmxTool JVMs and AdminClient process)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size in MB, 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
+    """Seconds for one /metrics scrape with Prometheus's headers, and the decoded body."""
+    try:
+        start = time.perf_counter()
+        conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"})
+        response = conn.getresponse()
+    except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+        conn.close()  # kdiag closes keep-alive connections idle for 20 s: connect again, as Prometheus does
+        start = time.perf_counter()
+        conn.request("GET", "/metrics", headers={"Accept": "text/plain;version=0.0.4", "Accept-Encoding": "gzip"})
+        response = conn.getresponse()
+    body = response.read()
+    took = time.perf_counter() - start
+    return took, gzip.decompress(body) if response.getheader("Content-Encoding") == "gzip" else body
+
+
+def metric(body: bytes, series: str) -> float:
+    """The value of one series (name and labels as exposed) in a scrape, 0 when absent."""
+    for line in body.decode().splitlines():
+        if line.startswith(series + " "):
+            return float(line.rpartition(" ")[2])
+    return 0.0
+
+
+def run_window(config: dict, window: float, warmup: float, interval: float) -> dict:
+    """Run kdiag for warmup + window seconds; its CPU share, RSS, scrape p99 and series at the end."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "kdiag.yaml")
+        path.write_text(yaml.safe_dump({**config, "listen": f"127.0.0.1:{port}", "state_dir": ""}))
+        log = open(Path(tmp, "kdiag.log"), "w")  # noqa: SIM115 (closed below)
+        # cwd: `-m` puts the working directory first on sys.path, and it must not shadow PYTHONPATH's kdiag.
+        proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(path)], stdout=log, stderr=log,
+                                cwd=tmp)
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            deadline = time.monotonic() + 120
+            while True:  # until the first admin fetch is in /metrics
+                try:
+                    if b'kdiag_collector_success{collector="kafka_admin"} 1.0' in scrape(conn)[1]:
+                        break
+                except OSError:
+                    conn.close()
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"kdiag did not serve an admin fetch: {Path(tmp, 'kdiag.log').read_text()[-2000:]}")
+                time.sleep(1)
+            time.sleep(warmup)
+            pids = [proc.pid, *children(proc.pid)]
+            cpu0, t0 = sum(map(cpu_seconds, pids)), time.monotonic()
+            scrapes, rss, body, cycles, admin = [], [], b"", set(), set()
+            while time.monotonic() - t0 < window:
+                took, body = scrape(conn)
+                scrapes.append(took)
+                rss.append(rss_mb(proc.pid))
+                cycles.add(metric(body, "kdiag_last_cycle_timestamp_seconds"))
+                admin.add(metric(body, 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}'))
+                time.sleep(max(0.0, interval - took))
+            cpu = sum(map(cpu_seconds, pids)) - cpu0
+            elapsed = time.monotonic() - t0
+            children_rss = sum(rss_mb(p) for p in pids[1:])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            log.close()
+    lines = [ln for ln in body.decode().splitlines() if ln and not ln.startswith("#")]
+    # The host cycle starts every `interval` (kdiag's default, 5 s): how late a cycle started says whether a Kafka
+    # fetch delayed it. Scrapes miss cycles, so lateness is taken modulo the interval, from the first one seen.
+    first = min(cycles)
+    late = [(t - first + CYCLE / 2) % CYCLE - CYCLE / 2 for t in cycles]
+    admin_times = sorted(t for t in admin if t > 0)
+    return {"cpu_share": cpu / elapsed, "rss": max(rss), "children_rss": children_rss, "children": len(pids) - 1,
+            "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
+            if len(admin_times) > 1 else math.nan,
+            "scrape_p99": percentile(scrapes, 99), "series": len(lines),
+            "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_"))}
+
+
+def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:
+    """Seconds per KafkaAdminCollector.fetch() over `cycles` fetches on one reused collector, and how many failed."""
+    from kdiag.collectors.kafka_admin import KafkaAdminError
+
+    collector = KafkaAdminCollector(bootstrap, timeout=60.0)
+    out, failed = [], 0
+    try:
+        with contextlib.suppress(KafkaAdminError):
+            collector.fetch()  # connect and warm the metadata cache outside the timing
+        for _ in range(cycles):
+            start = time.perf_counter()
+            try:
+                collector.fetch()
+            except KafkaAdminError as e:
+                failed += 1
+                progress(f"  fetch failed: {e}")
+            out.append(time.perf_counter() - start)
+    finally:
+        if hasattr(collector, "close"):
+            collector.close()
+    return out, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Grow the lab size by size, measure kdiag at each, print the table."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="1000,10000", help="partition counts, comma-separated (default 1000,10000)")
+    p.add_argument("--groups-per-partition", type=float, default=0.1, help="groups per partition (default 0.1)")
+    p.add_argument("--per-topic", type=int, default=100, help="partitions per topic (default 100)")
+    p.add_argument("--window", type=float, default=120, help="seconds kdiag is measured at each size (default 120)")
+    p.add_argument("--warmup", type=float, default=20, help="seconds after its first admin fetch (default 20)")
+    p.add_argument("--scrape-interval", type=float, default=5, help="seconds between scrapes (default 5)")
+    p.add_argument("--fetches", type=int, default=10, help="AdminClient fetches timed per size (default 10)")
+    p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
+    args = p.parse_args(argv)
+    lab = read_lab()
+    if not lab:
+        print("no lab: start one with `KDIAG_LAB_DIR=... kdiag lab up --brokers 1`", file=sys.stderr)
+        return 2
+    config = yaml.safe_load(lab_config().read_text())
+    bootstrap = config["kafka"]["bootstrap_servers"]
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
+          f"CPU share of one core and RSS children include the JmxTool and AdminClient processes\n")
+    print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | admin every | CPU (1 core) | RSS daemon "
+          "| RSS children | scrape p99 | cycle late max |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |", flush=True)
+    try:
+        for size in sizes:
+            topics, groups = math.ceil(size / args.per_topic), round(size * args.groups_per_partition)
+            progress(f"size {size}: growing to {topics} topics x {args.per_topic} partitions and {groups} groups")
+            admin = AdminClient({"bootstrap.servers": bootstrap})
+            grow(admin, topics, groups, args.per_topic)
+            del admin
+            progress(f"size {size}: kdiag run for {args.warmup:g}s warm-up + {args.window:g}s")
+            r = run_window(config, args.window, args.warmup, args.scrape_interval)
+            progress(f"size {size}: timing {args.fetches} AdminClient fetches")
+            fetches, failed = time_fetches(bootstrap, args.fetches)
+            note = f" ({failed} failed)" if failed else ""
+            print(f"| {topics * args.per_topic} | {groups} | {r['series']} ({r['kafka_series']}) | "
+                  f"{percentile(fetches, 50):.2f}s | {percentile(fetches, 99):.2f}s{note} | {r['admin_every']:.0f}s | "
+                  f"{r['cpu_share'] * 100:.2f}% | {r['rss']:.0f} MB | {r['children_rss']:.0f} MB ({r['children']}) | "
+                  f"{r['scrape_p99'] * 1e3:.1f}ms | {r['cycle_late'] * 1e3:.0f}ms |", flush=True)
+    finally:
+        if not args.keep:
+            cleanup(bootstrap)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
