@@ -62,7 +62,8 @@ def test_metrics_diagnoses_and_pushed_alerts_show_the_masked_command_line(scanne
         config["alertmanager"] = {"url": f"http://{alertmanager}", "resend_interval": "2s"}
         scanner["config"].with_name("push.yaml").write_text(json.dumps(config))
         kdiag = stack.kdiag_live("--config", str(scanner["config"].with_name("push.yaml")))
-        subject = f"pid {scanner['pid']} python3"
+        comm = Path(f"/proc/{scanner['pid']}/comm").read_text().strip()  # python or python3, as it was started
+        subject = f"pid {scanner['pid']} {comm}"
 
         def firing() -> dict | None:
             found = get_json(f"http://{kdiag}/api/diagnoses")["diagnoses"]
@@ -80,7 +81,8 @@ def test_metrics_diagnoses_and_pushed_alerts_show_the_masked_command_line(scanne
 
         def pushed() -> dict | None:
             alerts = get_json(f"http://{alertmanager}/api/v2/alerts")
-            return next((a for a in alerts if a["labels"].get("subject") == subject), None)
+            return next((a for a in alerts if a["labels"].get("subject") == subject
+                         and a["labels"].get("rule") == "foreign_io_scanner"), None)  # not its KdiagExplains
 
         alert = wait_until(pushed, 60, "the pushed foreign_io_scanner alert in Alertmanager", stack.logs)
         assert MASKED in json.loads(alert["annotations"]["evidence"])["cmdline"]
