@@ -96,8 +96,9 @@ def alerts_active(alertmanager: str, rules: list[str]) -> bool:
             alerts = json.load(response)
     except (OSError, ValueError):
         return False
+    # A cluster-scope alert has no instance label: whichever daemon reports it, it is the same alert.
     named = {a["labels"].get("rule") for a in alerts
-             if a["labels"].get("instance") == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
+             if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
     return all(rule in named for rule in rules)
 
 
