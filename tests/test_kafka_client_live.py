@@ -89,7 +89,7 @@ def test_daemon_on_sasl_ssl_serves_and_never_shows_the_password(secure_lab, tmp_
         metrics = wait_until(lambda: (body := get(f"{url}/metrics")) and all(
             success(body, c) == 1.0 for c in ("kafka_admin", "kafka_jmx", "probe")) and body, 180,
             "kafka_admin, kafka_jmx and probe at success 1 on the sasl_ssl lab", [log])
-        assert 'kdiag_kafka_jmx_up{endpoint="' in metrics
+        assert re.search(r'^kdiag_kafka_jmx_up\{[^}]*endpoint="', metrics, re.M)  # with its cluster label
         served = metrics + get(f"{url}/api/diagnoses") + get(f"{url}/healthz")
         # /proc/PID/cmdline is world-readable: no process (the JmxTool JVM included) may carry a secret there.
         cmdlines = "".join(map(cmdline, Path("/proc").glob("[0-9]*/cmdline")))
