@@ -82,7 +82,7 @@ def test_metrics_diagnoses_and_pushed_alerts_show_the_masked_command_line(scanne
         def pushed() -> dict | None:
             alerts = get_json(f"http://{alertmanager}/api/v2/alerts")
             return next((a for a in alerts if a["labels"].get("subject") == subject
-                         and a["labels"].get("rule") == "foreign_io_scanner"), None)  # not its KdiagExplains
+                         and a["labels"]["alertname"] == "KdiagForeignIoScanner"), None)  # not its KdiagExplains
 
         alert = wait_until(pushed, 60, "the pushed foreign_io_scanner alert in Alertmanager", stack.logs)
         assert MASKED in json.loads(alert["annotations"]["evidence"])["cmdline"]
