@@ -19,6 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.lab import read_lab
 
+CHURN_PREFIX = "soak-"
+
 
 def proc_figures(pid: int) -> tuple[float, int, int]:
     """RSS in MB, open fds and threads of a process, from /proc."""
@@ -34,6 +36,13 @@ def slope(points: list[tuple[float, float]]) -> float:
     mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
     sxx = sum((x - mx) ** 2 for x, _ in points)
     return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+
+
+def series_counts(port: int) -> tuple[int, int]:
+    """Series on /metrics, all and kdiag_process_* (what the process churn adds and must take away again)."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    lines = [line for line in body.splitlines() if line and not line.startswith("#")]
+    return len(lines), sum(line.startswith("kdiag_process_") for line in lines)
 
 
 def load1() -> float:
@@ -68,7 +77,7 @@ def topic_churn(bootstrap: str, stop: threading.Event, counts: dict) -> None:
     """Create a topic, write and read it in a fresh group, delete both; repeat. The topic count stays at one."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     while not stop.is_set():
-        name = f"soak-{uuid.uuid4().hex[:8]}"
+        name = f"{CHURN_PREFIX}{uuid.uuid4().hex[:8]}"
         admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1)])[name].result(timeout=60)
         # A producer that outlived the topic would re-create it (auto.create.topics.enable) at its next metadata
         # refresh: the topics would pile up and the daemon's RSS would grow with them, not with a leak.
@@ -141,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     admin = AdminClient({"bootstrap.servers": lab["bootstrap"]})
     rows: list[tuple[int, float, int]] = []
     loads: list[float] = []
+    topic_counts: list[int] = []
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -152,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in threads:
             t.start()
         start = time.monotonic()
-        print("minute  rss_mb  fds  threads  jvm_rss_mb  readers  topics_churned  topics_now  load1", flush=True)
+        print("minute  rss_mb  fds  threads  jvm_rss_mb  series  process_series  readers  topics_churned  churned_now  load1",
+              flush=True)
         for minute in range(1, int(args.duration // 60) + 1):
             stop.wait(max(0.0, start + minute * 60 - time.monotonic()))
             if daemon.poll() is not None:
@@ -161,10 +172,13 @@ def main(argv: list[str] | None = None) -> int:
             rss, fds, nthreads = proc_figures(daemon.pid)
             rows.append((minute, rss, fds))
             loads.append(load1())
-            # Topics in the cluster now: the churn keeps one of its own at a time, so this must not climb.
-            topics_now = len(admin.list_topics(timeout=30).topics)
-            print(f"{minute:>6}  {rss:6.1f}  {fds:3d}  {nthreads:7d}  {child_rss_mb(daemon.pid):10.1f}  "
-                  f"{counts['readers']:7d}  {counts['topics']:14d}  {topics_now:10d}  {loads[-1]:5.1f}", flush=True)
+            # The churn's topics in the cluster now: it keeps one at a time, so this must not climb.
+            topics_now = sum(t.startswith(CHURN_PREFIX) for t in admin.list_topics(timeout=30).topics)
+            topic_counts.append(topics_now)
+            series, process_series = series_counts(args.port)
+            print(f"{minute:>6}  {rss:6.1f}  {fds:3d}  {nthreads:7d}  {child_rss_mb(daemon.pid):10.1f}  {series:6d}  "
+                  f"{process_series:14d}  "
+                  f"{counts['readers']:7d}  {counts['topics']:14d}  {topics_now:11d}  {loads[-1]:5.1f}", flush=True)
     finally:
         stop.set()
         daemon.send_signal(signal.SIGTERM)
@@ -174,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n| point | minute | RSS MB | fds |\n|---|---|---|---|\n| start | {rows[0][0]} | {rows[0][1]:.1f} | {rows[0][2]} |\n"
           f"| history full | {full[0]} | {full[1]:.1f} | {full[2]} |\n| end | {rows[-1][0]} | {rows[-1][1]:.1f} | {rows[-1][2]} |")
     outcome, whole, levelled = verdict(rows, args.flat_mb)
+    if max(topic_counts) > 2:
+        print(f"up to {max(topic_counts)} churned topics at once: something re-creates deleted topics, so the RSS "
+              "measures that pile-up, not kdiag", file=sys.stderr)
+        outcome = "INVALID"
     print(f"RSS slope per compressed hour (a soak minute is {COMPRESSION} of a 5 s daemon): {whole:+.1f} MB from minute "
           f"{HISTORY_FULL_MINUTE}, {levelled:+.1f} MB over the last half; fds {full[2]} -> {rows[-1][2]}; "
           f"load average {min(loads):.1f}-{max(loads):.1f} (mean {sum(loads) / len(loads):.1f}); "
