@@ -319,10 +319,7 @@ class Daemon:
         if self.coordinator:
             self.coordinator.stop()  # leaves the group: another daemon takes the cluster-scope diagnoses over at once
         for background in self.background:
-            for collector in background.collectors.collectors:
-                # The JMX collector keeps a JVM reader per broker: stop them with the daemon.
-                if hasattr(collector, "close"):
-                    collector.close()
+            background.collectors.close()
         if self.probe:
             self.probe.stop()
         if self.pusher:

@@ -90,6 +90,12 @@ class CollectorSet:
         self._worker: _Worker | None = None
         self._hung: dict[str, _Worker] = {}  # a collector's run past its deadline, and the worker it holds
 
+    def close(self) -> None:
+        """Stop the processes collectors keep (JmxTool readers, the AdminClient's worker)."""
+        for c in self.collectors:
+            if hasattr(c, "close"):
+                c.close()
+
     def run(self, root: Root) -> list[Sample]:
         """Samples from every collector that succeeded; failures are logged once per failure streak."""
         samples: list[Sample] = []
