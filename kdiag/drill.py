@@ -35,6 +35,16 @@ LEAD_SECONDS = 10.0  # the timeline starts this long before the injection
 KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
 
 
+# How often the drills' kdiag looks (the AdminClient fetch runs every cycle), reported beside each rule's `for`.
+LIVE_INTERVALS = {"cycle_seconds": CYCLE_SECONDS, "jmx_poll_seconds": JMX_POLL_SECONDS,
+                  "signal_window_seconds": SIGNAL_WINDOW_SECONDS}
+
+
+def rule_for(rules, drill: Drill) -> dict[str, float]:
+    """The `for` of each rule the drill expects."""
+    return {r.id: r.for_seconds for r in rules if r.id in drill.expected}
+
+
 class Interrupted(Exception):
     """SIGINT or SIGTERM arrived; the drill in progress has been reverted."""
 
@@ -52,18 +62,23 @@ class DrillResult:
     seconds_to_alert: float | None = None
     reverted: bool = False
     false_attributions: list[str] = field(default_factory=list)
+    failed_checks: list[str] = field(default_factory=list)
     error: str = ""
     replayed: str = ""
+    rule_for_seconds: dict[str, float] = field(default_factory=dict)  # each expected rule's `for`
+    intervals: dict[str, float] = field(default_factory=dict)  # how often kdiag looked: cycle, JMX poll, signal window
     timeline: Timeline | None = None
 
     @property
     def passed(self) -> bool:
-        return self.detected and self.reverted and not self.false_attributions and not self.error
+        return (self.detected and self.reverted and not self.false_attributions and not self.failed_checks
+                and not self.error)
 
     def to_json(self) -> dict[str, Any]:
         """One drill in `kdiag drill run --json`."""
         keys = ("name", "expected", "detected", "seconds_to_pending", "seconds_to_firing", "seconds_to_alert",
-                "seconds_to_resolved", "reverted", "false_attributions", "error", "replayed")
+                "seconds_to_resolved", "reverted", "false_attributions", "failed_checks", "error", "replayed",
+                "rule_for_seconds", "intervals")
         return {**{k: getattr(self, k) for k in keys}, "passed": self.passed}
 
 
@@ -76,12 +91,34 @@ def first_time(rows: list[tuple[float, set[tuple[str, str, str]]]], rules: list[
     return None if not firsts or None in firsts else round(max(firsts) - since, 1)
 
 
-def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], expected: list[str],
+def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], owned: Callable[[str, str], bool],
                        causes: set[str], baseline: set[tuple[str, str]], since: float) -> list[str]:
-    """Causes that fired after `since` but are not expected and were not already active at the baseline."""
+    """Causes that fired after `since` on a (rule, subject) no drill owns and were not already active at the baseline."""
     found = {f"{r} ({s})" for t, active in rows if t >= since for r, s, state in active
-             if state == "firing" and r in causes and r not in expected and (r, s) not in baseline}
+             if state == "firing" and r in causes and not owned(r, s) and (r, s) not in baseline}
     return sorted(found)
+
+
+def owner(drills: list[Drill]) -> Callable[[str, str], bool]:
+    """Whether a (rule, subject) is what one of the drills expects, on a subject it names."""
+    return lambda rule, subject: any(d.owns(rule, subject) for d in drills)
+
+
+def owned_rows(rows: list[tuple[float, set[tuple[str, str, str]]]], drill: Drill) -> list[tuple[float, set]]:
+    """The rows without the drill's expected rules on subjects it does not name (those detect nothing)."""
+    return [(t, {(r, s, st) for r, s, st in active if r not in drill.expected or drill.owns(r, s)})
+            for t, active in rows]
+
+
+def waves(drills: list[Drill], serial: bool = False) -> list[list[Drill]]:
+    """Consecutive drills that may share the cluster run as one wave; the others one at a time."""
+    out: list[list[Drill]] = []
+    for d in drills:
+        if not serial and d.shares and out and out[-1][0].shares:
+            out[-1].append(d)
+        else:
+            out.append([d])
+    return out
 
 
 def cluster_causes(rules) -> set[str]:
@@ -176,8 +213,9 @@ class Runner:
     """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
 
     def __init__(self, target: Target, timeout: float = 300.0, progress: Callable[[str], None] = print,
-                 alertmanager: str = ""):
+                 alertmanager: str = "", serial: bool = False):
         self.target = target
+        self.serial = serial
         self.alertmanager = alertmanager.rstrip("/")
         self.timeout = timeout
         self.progress = progress
@@ -215,22 +253,27 @@ class Runner:
         return active_of(self.monitor.since(t)[0])
 
     def run(self, drills: list[Drill]) -> list[DrillResult]:
-        """Every drill in turn; stops after an interrupted one (its result is the last)."""
+        """Every wave of drills in turn; stops after an interrupted one (its results are the last)."""
         results: list[DrillResult] = []
         with self.signals_deferred():
             try:
-                for drill in drills:
-                    if drill.replay:
-                        results.append(run_replay(drill))
+                for wave in waves(drills, self.serial):
+                    if wave[0].replay:
+                        results.append(run_replay(wave[0]))
                         continue
                     if self.monitor is None:
                         self.monitor = Monitor(self.target, self.alertmanager)
                         self.monitor.start()
-                    result = DrillResult(drill.name, list(drill.expected))
-                    results.append(result)
-                    self.progress(f"drill {drill.name}: {drill.summary}")
-                    self._run_one(drill, result)
-                    self.progress(f"drill {drill.name}: {'passed' if result.passed else 'FAILED'}")
+                    wave_results = [DrillResult(d.name, list(d.expected), rule_for_seconds=rule_for(self.monitor.rules, d),
+                                                intervals=dict(LIVE_INTERVALS)) for d in wave]
+                    results += wave_results
+                    for d in wave:
+                        self.progress(f"drill {d.name}: {d.summary}")
+                    self._run_wave(wave, wave_results)
+                    for r in wave_results:
+                        self.progress(f"drill {r.name}: {'passed' if r.passed else 'FAILED'}")
+                    if self.interrupted:
+                        raise Interrupted
             except Interrupted:
                 pass
             finally:
@@ -238,12 +281,54 @@ class Runner:
                     self.monitor.stop()
         return results
 
-    def _run_one(self, drill: Drill, result: DrillResult) -> None:
-        """The drill, with its probe (when it asks for one) fed to the monitor from before the baseline to the end."""
+    def _run_wave(self, wave: list[Drill], results: list[DrillResult]) -> None:
+        """The wave's drills from one baseline, each injected, judged and reverted in its own thread.
+
+        Each drill names the subjects its expected rules fire on: a cause on a (rule, subject) no drill of the wave
+        expects is a false attribution of every drill whose fault window it falls in."""
         with ExitStack() as setup:
-            target = self._probed(drill, result, setup) if drill.probe else self.target
-            if target:
-                self._inject_and_revert(drill, result, target)
+            ready = []
+            for drill, result in zip(wave, results, strict=True):
+                target = self._probed(drill, result, setup) if drill.probe else self.target
+                if target:
+                    ready.append((drill, result, target))
+            try:
+                baseline = self._baseline(ready)
+            except Interrupted:
+                for _, result, _ in ready:
+                    result.reverted = True  # nothing was injected
+                raise
+            go = [(d, r, t) for d, r, t in ready if not r.error]
+            owned = owner([d for d, _, _ in go])
+            if len(go) == 1:
+                self._inject_and_revert(*go[0], baseline, owned)
+                return
+            threads = [threading.Thread(target=self._inject_in_thread, args=(*one, baseline, owned),
+                                        name=f"drill-{one[0].name}") for one in go]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+    def _inject_in_thread(self, *args) -> None:
+        with suppress(Interrupted):  # the run loop sees self.interrupted once the wave is back
+            self._inject_and_revert(*args)
+
+    def _baseline(self, ready: list[tuple[Drill, DrillResult, Target]]) -> set[tuple[str, str]]:
+        """Warm up, wait until no drill's expected rule is active on its subjects; what is active then."""
+        m = self.monitor
+        # Rates need two snapshots and the baseline needs a judged one.
+        started = time.time()
+        self._wait(lambda: len(m.since(started)) >= 3, 120)
+        drills = [d for d, _, _ in ready]
+        clash = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if owner(drills)(r, s)}  # noqa: E731
+        if not self._wait(lambda: not clash(), 90):
+            active = clash()
+            for drill, result, _ in ready:
+                if mine := sorted(f"{r} ({s})" for r, s in active if drill.owns(r, s)):
+                    result.error = f"baseline: {', '.join(mine)} already active"
+                    result.reverted = True  # nothing was injected
+        return {(r, s) for r, s, _ in self._active_now(time.time())}
 
     def _probed(self, drill: Drill, result: DrillResult, setup: ExitStack) -> Target | None:
         """The target with the drill's probe steady and fed to the monitor until setup closes; None if it is not."""
@@ -262,25 +347,17 @@ class Runner:
             return None
         return replace(self.target, probe=probe)
 
-    def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target) -> None:
+    def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target, baseline: set[tuple[str, str]],
+                           owned: Callable[[str, str], bool]) -> None:
         m = self.monitor
         causes = cluster_causes(m.rules)
-        # Warm up: rates need two snapshots and the baseline needs a judged one.
-        started = time.time()
-        self._wait(lambda: len(m.since(started)) >= 3, 120)
-        expected_active = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if r in drill.expected}  # noqa: E731
-        if not self._wait(lambda: not expected_active(), 90):
-            result.error = f"baseline: {', '.join(sorted(f'{r} ({s})' for r, s in expected_active()))} already active"
-            result.reverted = True  # nothing was injected
-            return
-        baseline = {(r, s) for r, s, _ in self._active_now(time.time())}
         window_start = time.time()
         stack = ExitStack()
         try:
             stack.enter_context(drill.inject(target))
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
-            rows = lambda: [(s.time, active_of(s)) for s in m.since(injected)]  # noqa: E731
+            rows = lambda: owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)  # noqa: E731
             fired = self._wait(lambda: first_time(rows(), drill.expected, ("firing",), injected) is not None,
                                min(drill.timeout, self.timeout))
             if fired and self.alertmanager:
@@ -300,28 +377,32 @@ class Runner:
                 result.error = result.error or f"revert failed: {type(e).__name__}: {e}"
             reverted_at = time.time()
             self.progress(f"drill {drill.name}: reverted, waiting for it to resolve")
-            self._finish(drill, result, injected, reverted_at, baseline, causes, window_start)
+            self._finish(drill, result, injected, reverted_at, baseline, causes, window_start, owned)
 
     def _finish(self, drill: Drill, result: DrillResult, injected: float, reverted_at: float,
-                baseline: set[tuple[str, str]], causes: set[str], window_start: float) -> None:
+                baseline: set[tuple[str, str]], causes: set[str], window_start: float,
+                owned: Callable[[str, str], bool]) -> None:
         """Wait for the expected rules to clear (unless interrupted), then fill in the result."""
         m = self.monitor
 
         def cleared() -> bool:
             after = m.since(reverted_at + 0.01)
-            return bool(after) and not any(r in drill.expected for r, _, _ in active_of(after[-1]))
+            return bool(after) and not any(drill.owns(r, s) for r, s, _ in active_of(after[-1]))
 
         if not self.interrupted:
             with suppress(Interrupted):
                 self._wait(cleared, drill.resolve_timeout)
         states = m.since(min(window_start, injected - LEAD_SECONDS))
         rows = [(s.time, active_of(s)) for s in states]
-        result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), injected)
-        result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), injected)
+        mine = owned_rows(rows, drill)
+        result.seconds_to_pending = first_time(mine, drill.expected, ("pending", "firing"), injected)
+        result.seconds_to_firing = first_time(mine, drill.expected, ("firing",), injected)
         result.detected = result.seconds_to_firing is not None
-        ends = [t for t, active in rows if t > reverted_at and not any(r in drill.expected for r, _, _ in active)]
+        ends = [t for t, active in rows if t > reverted_at and not any(drill.owns(r, s) for r, s, _ in active)]
         result.seconds_to_resolved = round(ends[0] - reverted_at, 1) if ends else None
-        result.false_attributions = false_attributions(rows, drill.expected, causes, baseline, injected)
+        result.false_attributions = false_attributions(rows, owned, causes, baseline, injected)
+        fault = [s for s in states if injected <= s.time <= reverted_at]
+        result.failed_checks = [what for what, holds in drill.checks.items() if not any(holds(s) for s in fault)]
         result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
                                                (injected, reverted_at))
 
@@ -331,14 +412,17 @@ def run_replay(drill: Drill) -> DrillResult:
     from kdiag.daemon import replay
     from kdiag.recording import Recording
 
-    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay))
+    config = load_config(None)
+    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay),
+                         rule_for_seconds=rule_for(load_rules(config), drill))
     if not drill.replay.is_dir():
         result.error = f"recording {drill.replay} not found (it ships with the source tree)"
         return result
     states: list[State] = []
     recording = Recording(drill.replay)
     try:
-        replay(recording, load_config(None), on_step=lambda s: states.append(frozen(s)))
+        result.intervals = {"recording_interval_seconds": recording.interval, "signal_window_seconds": config.signal_window}
+        replay(recording, config, on_step=lambda s: states.append(frozen(s)))
     finally:
         recording.close()
     rows = [(s.time, active_of(s)) for s in states]
@@ -347,7 +431,7 @@ def run_replay(drill: Drill) -> DrillResult:
     result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), start)
     result.detected = result.seconds_to_firing is not None
     causes = {d.rule.id for s in states for d in s.diagnoses if d.rule.kind == "cause"}
-    result.false_attributions = false_attributions(rows, drill.expected, causes, set(), start)
+    result.false_attributions = false_attributions(rows, drill.owns, causes, set(), start)
     result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states,
                                            drill.expected, None)
     return result
@@ -363,6 +447,7 @@ def table(results: list[DrillResult]) -> str:
     for r in results:
         verdict = "ok" if r.passed else "FAILED"
         notes = [f"false attributions: {', '.join(r.false_attributions)}"] if r.false_attributions else []
+        notes += [f"checks failed: {'; '.join(r.failed_checks)}"] if r.failed_checks else []
         notes += [r.error] if r.error else []
         notes += [f"replayed {r.replayed}"] if r.replayed else []
         lines.append(f"{r.name:22} {','.join(r.expected):34} {'yes' if r.detected else 'no':8} "
