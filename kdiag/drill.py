@@ -126,17 +126,16 @@ def cluster_causes(rules) -> set[str]:
     return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
 
 
-def alerts_active(alertmanager: str, rules: list[str]) -> bool:
-    """Whether Alertmanager holds an active alert, with its summary annotation, for each of the rules."""
+def alerted_rules(alertmanager: str) -> set[str]:
+    """Rules of the drills' active alerts in Alertmanager that carry their summary annotation."""
     try:
         with urllib.request.urlopen(f"{alertmanager}/api/v2/alerts?active=true", timeout=5) as response:
             alerts = json.load(response)
     except (OSError, ValueError):
-        return False
+        return set()
     # A cluster-scope alert has no instance label: whichever daemon reports it, it is the same alert.
-    named = {a["labels"].get("rule") for a in alerts
-             if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
-    return all(rule in named for rule in rules)
+    return {a["labels"].get("rule") for a in alerts
+            if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
 
 
 class Monitor:
@@ -361,7 +360,13 @@ class Runner:
             fired = self._wait(lambda: first_time(rows(), drill.expected, ("firing",), injected) is not None,
                                min(drill.timeout, self.timeout))
             if fired and self.alertmanager:
-                alerted = self._wait(lambda: alerts_active(self.alertmanager, drill.expected), 120)
+                seen: set[str] = set()  # each rule once: a loss alert may end before the cause's begins
+
+                def all_alerted() -> bool:
+                    seen.update(alerted_rules(self.alertmanager))
+                    return set(drill.expected) <= seen
+
+                alerted = self._wait(all_alerted, 120)
                 result.seconds_to_alert = round(time.time() - injected, 1) if alerted else None
                 result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
         except Interrupted:
