@@ -41,9 +41,12 @@ def cluster(kafka_lab: dict) -> dict:
 def broker_configs(cluster: dict) -> dict[str, dict[str, str]]:
     """Every broker's configs that are not Kafka's defaults (dynamic ones, cluster-wide defaults included)."""
     admin = AdminClient({"bootstrap.servers": cluster["bootstrap"]})
-    resources = [ConfigResource(ConfigResource.Type.BROKER, str(n)) for n in range(1, cluster["brokers"] + 1)]
-    return {r.name: {k: str(v.value) for k, v in future.result(timeout=30).items() if not v.is_default}
-            for r, future in admin.describe_configs(resources).items()}
+    configs = {}
+    for n in range(1, cluster["brokers"] + 1):  # one broker resource per call
+        resource = ConfigResource(ConfigResource.Type.BROKER, str(n))
+        entries = admin.describe_configs([resource])[resource].result(timeout=30)
+        configs[str(n)] = {k: str(v.value) for k, v in entries.items() if not v.is_default}
+    return configs
 
 
 def drill(*args: str, timeout: float = 900) -> list[dict]:
