@@ -263,7 +263,9 @@ def follower_stopped(target: Target) -> Iterator[None]:
 
 @contextmanager
 def unbatched(target: Target) -> Iterator[None]:
-    with topic(target, "drill-unbatched", assignment(target, 1)) as name, record_by_record(target, name):
+    # Led by broker 2 (of 2 or more): the wave's other producers (leader-skew, hot-key's one key) write to broker 1,
+    # and their batched requests there would lift its messages per request.
+    with topic(target, "drill-unbatched", [assignment(target, 2)[-1]]) as name, record_by_record(target, name):
         yield
 
 
@@ -412,17 +414,16 @@ DRILLS = [
               for d in state.diagnoses)}),
     Drill("consumer-rebalance", "a consumer polling every 9 s with max.poll.interval.ms=6000",
           ["consumer_rebalancing"], consumer_rebalance, timeout=400, subject="drill-rebalance-group", shares=True),
+    Drill("unbatched-producers", "a plain client sending records one by one (linger.ms=0, batch.num.messages=1)",
+          ["unbatched_producers"], unbatched, subject=r"broker \d+", shares=True,
+          checks={"unbatched_producers names drill-unbatched, under 2 messages a request": firing(
+              "unbatched_producers", lambda d: d.evidence["messages_per_produce_request"] < 2.0
+              and "drill-unbatched" in d.evidence["busiest_topics"])}),
     Drill("forced-fsync-broker", "cluster-wide log.flush.interval.messages=1 (kafka-configs --entity-default)",
           ["forced_fsync_broker"], forced_fsync_broker, subject=r"broker \d+",
           checks={"forced_fsync_broker names the cluster-wide default, 1 message": firing(
               "forced_fsync_broker", lambda d: "cluster-wide dynamic default" in d.summary
               and d.evidence["log_flush_interval_messages"] == 1.0)}),
-    # Alone: the other drills' batched traffic to broker 1 would lift its messages per request.
-    Drill("unbatched-producers", "a plain client sending records one by one (linger.ms=0, batch.num.messages=1)",
-          ["unbatched_producers"], unbatched, subject="broker 1",
-          checks={"unbatched_producers names drill-unbatched, under 2 messages a request": firing(
-              "unbatched_producers", lambda d: d.evidence["messages_per_produce_request"] < 2.0
-              and "drill-unbatched" in d.evidence["busiest_topics"])}),
     Drill("broker-kill", f"kill -9 broker {VICTIM_BROKER}, then start it", ["broker_down"], broker_kill,
           brokers=3, needs_lab=True, resolve_timeout=240, checks=BROKER_3_DOWN),
     Drill("broker-freeze", f"SIGSTOP broker {VICTIM_BROKER}, then SIGCONT", ["broker_down"], broker_freeze,
