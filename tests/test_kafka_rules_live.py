@@ -1,5 +1,6 @@
 """Kafka rules against a real 3-broker cluster where `kdiag drill` does not prove them: a recording diagnosed
-offline, lints on topic layouts, and traffic that must not be named (the drills prove each fault is named)."""
+offline and lints on topic layouts (the drills prove each fault is named, and that the batched keyed traffic
+beside the unbatched-producers drill is not)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from waiting import wait_until
 
-from kdiag.drills import Target, in_background, record_by_record
+from kdiag.drills import in_background
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.pipeline import CollectorSet, Pipeline, State
@@ -124,17 +125,3 @@ def test_a_single_replica_and_an_unsatisfiable_min_isr_are_named_and_a_sound_top
         assert not observer.rules_for("live-sound") & {"replication_factor_one", "min_isr_unsatisfiable"}
         assert "min_isr_unsatisfiable" not in observer.rules_for("live-rf1")
     admin.delete_topics(["live-rf1", "live-minisr", "live-sound"])
-
-
-def test_a_plain_client_that_batches_is_not_unbatched_producers(cluster, admin):
-    # The unbatched-producers drill proves the same client sending one record a request is named; batching
-    # (linger.ms=20) is not, whatever its rate.
-    create_topic(admin, "live-batched", [[1, 2, 3]])
-    observer = Observer(cluster)
-    with record_by_record(Target(cluster["bootstrap"], 3), "live-batched", linger_ms=20):
-        wait_until(lambda: (b := observer.step().signals["broker"].get("1", {})).get("messages_in_per_second", 0) > 1000
-                   and b.get("messages_per_produce_request", 0) > 10, 180, "batched traffic on broker 1")
-        for _ in range(5):
-            observer.step()
-            assert "unbatched_producers" not in {d.rule.id for d in observer.state.diagnoses}
-    admin.delete_topics(["live-batched"])
