@@ -8,7 +8,6 @@ import signal
 import threading
 import time
 import urllib.request
-from datetime import datetime
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -127,8 +126,8 @@ def cluster_causes(rules) -> set[str]:
     return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
 
 
-def alerted_rules(alertmanager: str, since: float) -> set[str]:
-    """Rules of the drills' active alerts in Alertmanager that carry their summary annotation and started after since."""
+def alerted_rules(alertmanager: str) -> set[str]:
+    """Rules of the drills' active alerts in Alertmanager that carry their summary annotation."""
     try:
         with urllib.request.urlopen(f"{alertmanager}/api/v2/alerts?active=true", timeout=5) as response:
             alerts = json.load(response)
@@ -136,16 +135,7 @@ def alerted_rules(alertmanager: str, since: float) -> set[str]:
         return set()
     # A cluster-scope alert has no instance label: whichever daemon reports it, it is the same alert.
     return {a["labels"].get("rule") for a in alerts
-            if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")
-            and started(a) >= since - 1.0}  # an alert of an earlier drill still active is not this one's
-
-
-def started(alert: dict) -> float:
-    """An Alertmanager alert's startsAt in epoch seconds (0 when unreadable)."""
-    try:
-        return datetime.fromisoformat(alert["startsAt"].replace("Z", "+00:00")).timestamp()
-    except (KeyError, ValueError, AttributeError):
-        return 0.0
+            if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
 
 
 class Monitor:
@@ -367,25 +357,22 @@ class Runner:
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
             rows = lambda: owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)  # noqa: E731
-            # Alerts are watched from the injection on: a loss alert may end before its cause's begins.
+            # Alerts are watched from the injection on (a loss alert may end before its cause's begins), and the
+            # drill is alerted once each expected rule has been seen in Alertmanager and the diagnosis fired.
             seen: set[str] = set()
-            alerted_at: list[float] = []
-
-            def all_alerted() -> bool:
-                if not alerted_at:
-                    seen.update(alerted_rules(self.alertmanager, injected))
-                    if set(drill.expected) <= seen:
-                        alerted_at.append(time.time())
-                return bool(alerted_at)
 
             def fired() -> bool:
                 if self.alertmanager:
-                    all_alerted()
+                    seen.update(alerted_rules(self.alertmanager))
                 return first_time(rows(), drill.expected, ("firing",), injected) is not None
+
+            def all_alerted() -> bool:
+                seen.update(alerted_rules(self.alertmanager))
+                return set(drill.expected) <= seen
 
             if self._wait(fired, min(drill.timeout, self.timeout)) and self.alertmanager:
                 alerted = self._wait(all_alerted, 120)
-                result.seconds_to_alert = round(alerted_at[0] - injected, 1) if alerted else None
+                result.seconds_to_alert = round(time.time() - injected, 1) if alerted else None
                 result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
         except Interrupted:
             raise
