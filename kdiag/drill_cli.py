@@ -56,7 +56,8 @@ def _chosen(args) -> list[Drill] | None:
 
 
 def cmd_run(args) -> int:
-    from kdiag.drill import DrillResult, Runner, table
+    from kdiag.drill import Runner
+    from kdiag.drill_results import DrillResult, table
     from kdiag.report_html import render
 
     drills = _chosen(args)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.drill import (DrillResult, Interrupted, Runner, false_attributions, first_time, owned_rows, owner, table,
-                         waves)
+from kdiag.drill import Interrupted, Runner
+from kdiag.drill_results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
 from kdiag.drills import BY_NAME, DRILLS, Drill, Target, assignment, firing
 from kdiag.engine import Diagnosis, Rule
 from kdiag.pipeline import State

@@ -141,7 +141,7 @@ def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name,
     assert not cluster_whole(cluster), cluster_whole(cluster)
 
 
-@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 8 minutes (KDIAG_DRILLS_ALL=1)")
+@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 11 minutes (KDIAG_DRILLS_ALL=1)")
 def test_every_drill_is_diagnosed_alerted_and_reverted_and_leaves_the_cluster_whole(cluster, tmp_path):
     from promstack import Shared, Stack
 
