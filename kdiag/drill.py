@@ -10,8 +10,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from kdiag.alertmanager import AlertPusher
 from kdiag.collectors.meminfo import MeminfoCollector
@@ -19,6 +18,8 @@ from kdiag.collectors.processes import ProcessesCollector
 from kdiag.collectors.stat import StatCollector
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
+from kdiag.drill_results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
+                                 rule_for, waves)
 from kdiag.drills import Drill, Target, probe_running
 from kdiag.pipeline import CollectorSet, Pipeline, State
 from kdiag.probe import ProbeService
@@ -35,53 +36,13 @@ LEAD_SECONDS = 10.0  # the timeline starts this long before the injection
 KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
 
 
+# How often the drills' kdiag looks (the AdminClient fetch runs every cycle), reported beside each rule's `for`.
+LIVE_INTERVALS = {"cycle_seconds": CYCLE_SECONDS, "jmx_poll_seconds": JMX_POLL_SECONDS,
+                  "signal_window_seconds": SIGNAL_WINDOW_SECONDS}
+
+
 class Interrupted(Exception):
     """SIGINT or SIGTERM arrived; the drill in progress has been reverted."""
-
-
-@dataclass
-class DrillResult:
-    """What one drill showed: detection, timings from the injection (resolved: from the revert), the revert."""
-
-    name: str
-    expected: list[str]
-    detected: bool = False
-    seconds_to_pending: float | None = None
-    seconds_to_firing: float | None = None
-    seconds_to_resolved: float | None = None
-    seconds_to_alert: float | None = None
-    reverted: bool = False
-    false_attributions: list[str] = field(default_factory=list)
-    error: str = ""
-    replayed: str = ""
-    timeline: Timeline | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.detected and self.reverted and not self.false_attributions and not self.error
-
-    def to_json(self) -> dict[str, Any]:
-        """One drill in `kdiag drill run --json`."""
-        keys = ("name", "expected", "detected", "seconds_to_pending", "seconds_to_firing", "seconds_to_alert",
-                "seconds_to_resolved", "reverted", "false_attributions", "error", "replayed")
-        return {**{k: getattr(self, k) for k in keys}, "passed": self.passed}
-
-
-def first_time(rows: list[tuple[float, set[tuple[str, str, str]]]], rules: list[str], states: tuple[str, ...],
-               since: float) -> float | None:
-    """Seconds after `since` by which every rule of `rules` had been seen in one of `states` (on any subject)."""
-    # Each rule on its own: a loss is an event whose symptom clears after a window, while its cause goes on firing.
-    firsts = [next((t for t, active in rows if t >= since and any(r == rule and s in states for r, _, s in active)),
-                   None) for rule in rules]
-    return None if not firsts or None in firsts else round(max(firsts) - since, 1)
-
-
-def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], expected: list[str],
-                       causes: set[str], baseline: set[tuple[str, str]], since: float) -> list[str]:
-    """Causes that fired after `since` but are not expected and were not already active at the baseline."""
-    found = {f"{r} ({s})" for t, active in rows if t >= since for r, s, state in active
-             if state == "firing" and r in causes and r not in expected and (r, s) not in baseline}
-    return sorted(found)
 
 
 def cluster_causes(rules) -> set[str]:
@@ -89,17 +50,16 @@ def cluster_causes(rules) -> set[str]:
     return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
 
 
-def alerts_active(alertmanager: str, rules: list[str]) -> bool:
-    """Whether Alertmanager holds an active alert, with its summary annotation, for each of the rules."""
+def alerted_rules(alertmanager: str) -> set[str]:
+    """Rules of the drills' active alerts in Alertmanager that carry their summary annotation."""
     try:
         with urllib.request.urlopen(f"{alertmanager}/api/v2/alerts?active=true", timeout=5) as response:
             alerts = json.load(response)
     except (OSError, ValueError):
-        return False
+        return set()
     # A cluster-scope alert has no instance label: whichever daemon reports it, it is the same alert.
-    named = {a["labels"].get("rule") for a in alerts
-             if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
-    return all(rule in named for rule in rules)
+    return {a["labels"].get("rule") for a in alerts
+            if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
 
 
 class Monitor:
@@ -167,17 +127,13 @@ class Monitor:
             return self.states[-1] if self.states else None
 
 
-def active_of(state: State) -> set[tuple[str, str, str]]:
-    """(rule, subject, state) of every active diagnosis."""
-    return {(d.rule.id, d.subject, d.state) for d in state.diagnoses}
-
-
 class Runner:
     """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
 
     def __init__(self, target: Target, timeout: float = 300.0, progress: Callable[[str], None] = print,
-                 alertmanager: str = ""):
+                 alertmanager: str = "", serial: bool = False):
         self.target = target
+        self.serial = serial
         self.alertmanager = alertmanager.rstrip("/")
         self.timeout = timeout
         self.progress = progress
@@ -215,22 +171,27 @@ class Runner:
         return active_of(self.monitor.since(t)[0])
 
     def run(self, drills: list[Drill]) -> list[DrillResult]:
-        """Every drill in turn; stops after an interrupted one (its result is the last)."""
+        """Every wave of drills in turn; stops after an interrupted one (its results are the last)."""
         results: list[DrillResult] = []
         with self.signals_deferred():
             try:
-                for drill in drills:
-                    if drill.replay:
-                        results.append(run_replay(drill))
+                for wave in waves(drills, self.serial):
+                    if wave[0].replay:
+                        results.append(run_replay(wave[0]))
                         continue
                     if self.monitor is None:
                         self.monitor = Monitor(self.target, self.alertmanager)
                         self.monitor.start()
-                    result = DrillResult(drill.name, list(drill.expected))
-                    results.append(result)
-                    self.progress(f"drill {drill.name}: {drill.summary}")
-                    self._run_one(drill, result)
-                    self.progress(f"drill {drill.name}: {'passed' if result.passed else 'FAILED'}")
+                    wave_results = [DrillResult(d.name, list(d.expected), rule_for_seconds=rule_for(self.monitor.rules, d),
+                                                intervals=dict(LIVE_INTERVALS)) for d in wave]
+                    results += wave_results
+                    for d in wave:
+                        self.progress(f"drill {d.name}: {d.summary}")
+                    self._run_wave(wave, wave_results)
+                    for r in wave_results:
+                        self.progress(f"drill {r.name}: {'passed' if r.passed else 'FAILED'}")
+                    if self.interrupted:
+                        raise Interrupted
             except Interrupted:
                 pass
             finally:
@@ -238,12 +199,54 @@ class Runner:
                     self.monitor.stop()
         return results
 
-    def _run_one(self, drill: Drill, result: DrillResult) -> None:
-        """The drill, with its probe (when it asks for one) fed to the monitor from before the baseline to the end."""
+    def _run_wave(self, wave: list[Drill], results: list[DrillResult]) -> None:
+        """The wave's drills from one baseline, each injected, judged and reverted in its own thread.
+
+        Each drill names the subjects its expected rules fire on: a cause on a (rule, subject) no drill of the wave
+        expects is a false attribution of every drill whose fault window it falls in."""
         with ExitStack() as setup:
-            target = self._probed(drill, result, setup) if drill.probe else self.target
-            if target:
-                self._inject_and_revert(drill, result, target)
+            ready = []
+            for drill, result in zip(wave, results, strict=True):
+                target = self._probed(drill, result, setup) if drill.probe else self.target
+                if target:
+                    ready.append((drill, result, target))
+            try:
+                baseline = self._baseline(ready)
+            except Interrupted:
+                for _, result, _ in ready:
+                    result.reverted = True  # nothing was injected
+                raise
+            go = [(d, r, t) for d, r, t in ready if not r.error]
+            owned = owner([d for d, _, _ in go])
+            if len(go) == 1:
+                self._inject_and_revert(*go[0], baseline, owned)
+                return
+            threads = [threading.Thread(target=self._inject_in_thread, args=(*one, baseline, owned),
+                                        name=f"drill-{one[0].name}") for one in go]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+    def _inject_in_thread(self, *args) -> None:
+        with suppress(Interrupted):  # the run loop sees self.interrupted once the wave is back
+            self._inject_and_revert(*args)
+
+    def _baseline(self, ready: list[tuple[Drill, DrillResult, Target]]) -> set[tuple[str, str]]:
+        """Warm up, wait until no drill's expected rule is active on its subjects; what is active then."""
+        m = self.monitor
+        # Rates need two snapshots and the baseline needs a judged one.
+        started = time.time()
+        self._wait(lambda: len(m.since(started)) >= 3, 120)
+        drills = [d for d, _, _ in ready]
+        clash = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if owner(drills)(r, s)}  # noqa: E731
+        if not self._wait(lambda: not clash(), 90):
+            active = clash()
+            for drill, result, _ in ready:
+                if mine := sorted(f"{r} ({s})" for r, s in active if drill.owns(r, s)):
+                    result.error = f"baseline: {', '.join(mine)} already active"
+                    result.reverted = True  # nothing was injected
+        return {(r, s) for r, s, _ in self._active_now(time.time())}
 
     def _probed(self, drill: Drill, result: DrillResult, setup: ExitStack) -> Target | None:
         """The target with the drill's probe steady and fed to the monitor until setup closes; None if it is not."""
@@ -262,29 +265,32 @@ class Runner:
             return None
         return replace(self.target, probe=probe)
 
-    def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target) -> None:
+    def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target, baseline: set[tuple[str, str]],
+                           owned: Callable[[str, str], bool]) -> None:
         m = self.monitor
         causes = cluster_causes(m.rules)
-        # Warm up: rates need two snapshots and the baseline needs a judged one.
-        started = time.time()
-        self._wait(lambda: len(m.since(started)) >= 3, 120)
-        expected_active = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if r in drill.expected}  # noqa: E731
-        if not self._wait(lambda: not expected_active(), 90):
-            result.error = f"baseline: {', '.join(sorted(f'{r} ({s})' for r, s in expected_active()))} already active"
-            result.reverted = True  # nothing was injected
-            return
-        baseline = {(r, s) for r, s, _ in self._active_now(time.time())}
         window_start = time.time()
         stack = ExitStack()
         try:
             stack.enter_context(drill.inject(target))
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
-            rows = lambda: [(s.time, active_of(s)) for s in m.since(injected)]  # noqa: E731
-            fired = self._wait(lambda: first_time(rows(), drill.expected, ("firing",), injected) is not None,
-                               min(drill.timeout, self.timeout))
-            if fired and self.alertmanager:
-                alerted = self._wait(lambda: alerts_active(self.alertmanager, drill.expected), 120)
+            rows = lambda: owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)  # noqa: E731
+            # Alerts are watched from the injection on (a loss alert may end before its cause's begins), and the
+            # drill is alerted once each expected rule has been seen in Alertmanager and the diagnosis fired.
+            seen: set[str] = set()
+
+            def fired() -> bool:
+                if self.alertmanager:
+                    seen.update(alerted_rules(self.alertmanager))
+                return first_time(rows(), drill.expected, ("firing",), injected) is not None
+
+            def all_alerted() -> bool:
+                seen.update(alerted_rules(self.alertmanager))
+                return set(drill.expected) <= seen
+
+            if self._wait(fired, min(drill.timeout, self.timeout)) and self.alertmanager:
+                alerted = self._wait(all_alerted, 120)
                 result.seconds_to_alert = round(time.time() - injected, 1) if alerted else None
                 result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
         except Interrupted:
@@ -300,28 +306,32 @@ class Runner:
                 result.error = result.error or f"revert failed: {type(e).__name__}: {e}"
             reverted_at = time.time()
             self.progress(f"drill {drill.name}: reverted, waiting for it to resolve")
-            self._finish(drill, result, injected, reverted_at, baseline, causes, window_start)
+            self._finish(drill, result, injected, reverted_at, baseline, causes, window_start, owned)
 
     def _finish(self, drill: Drill, result: DrillResult, injected: float, reverted_at: float,
-                baseline: set[tuple[str, str]], causes: set[str], window_start: float) -> None:
+                baseline: set[tuple[str, str]], causes: set[str], window_start: float,
+                owned: Callable[[str, str], bool]) -> None:
         """Wait for the expected rules to clear (unless interrupted), then fill in the result."""
         m = self.monitor
 
         def cleared() -> bool:
             after = m.since(reverted_at + 0.01)
-            return bool(after) and not any(r in drill.expected for r, _, _ in active_of(after[-1]))
+            return bool(after) and not any(drill.owns(r, s) for r, s, _ in active_of(after[-1]))
 
         if not self.interrupted:
             with suppress(Interrupted):
                 self._wait(cleared, drill.resolve_timeout)
         states = m.since(min(window_start, injected - LEAD_SECONDS))
         rows = [(s.time, active_of(s)) for s in states]
-        result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), injected)
-        result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), injected)
+        mine = owned_rows(rows, drill)
+        result.seconds_to_pending = first_time(mine, drill.expected, ("pending", "firing"), injected)
+        result.seconds_to_firing = first_time(mine, drill.expected, ("firing",), injected)
         result.detected = result.seconds_to_firing is not None
-        ends = [t for t, active in rows if t > reverted_at and not any(r in drill.expected for r, _, _ in active)]
+        ends = [t for t, active in rows if t > reverted_at and not any(drill.owns(r, s) for r, s, _ in active)]
         result.seconds_to_resolved = round(ends[0] - reverted_at, 1) if ends else None
-        result.false_attributions = false_attributions(rows, drill.expected, causes, baseline, injected)
+        result.false_attributions = false_attributions(rows, owned, causes, baseline, injected)
+        fault = [s for s in states if injected <= s.time <= reverted_at]
+        result.failed_checks = [what for what, holds in drill.checks.items() if not any(holds(s) for s in fault)]
         result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
                                                (injected, reverted_at))
 
@@ -331,14 +341,17 @@ def run_replay(drill: Drill) -> DrillResult:
     from kdiag.daemon import replay
     from kdiag.recording import Recording
 
-    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay))
+    config = load_config(None)
+    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay),
+                         rule_for_seconds=rule_for(load_rules(config), drill))
     if not drill.replay.is_dir():
         result.error = f"recording {drill.replay} not found (it ships with the source tree)"
         return result
     states: list[State] = []
     recording = Recording(drill.replay)
     try:
-        replay(recording, load_config(None), on_step=lambda s: states.append(frozen(s)))
+        result.intervals = {"recording_interval_seconds": recording.interval, "signal_window_seconds": config.signal_window}
+        replay(recording, config, on_step=lambda s: states.append(frozen(s)))
     finally:
         recording.close()
     rows = [(s.time, active_of(s)) for s in states]
@@ -347,25 +360,7 @@ def run_replay(drill: Drill) -> DrillResult:
     result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), start)
     result.detected = result.seconds_to_firing is not None
     causes = {d.rule.id for s in states for d in s.diagnoses if d.rule.kind == "cause"}
-    result.false_attributions = false_attributions(rows, drill.expected, causes, set(), start)
+    result.false_attributions = false_attributions(rows, drill.owns, causes, set(), start)
     result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states,
                                            drill.expected, None)
     return result
-
-
-def table(results: list[DrillResult]) -> str:
-    """The terminal report: one row per drill."""
-    def num(v: float | None) -> str:
-        return "-" if v is None else f"{v:.1f}"
-
-    lines = [f"{'drill':22} {'expected':34} {'detected':8} {'pending':>7} {'firing':>7} {'resolved':>8} "
-             f"{'reverted':8} result"]
-    for r in results:
-        verdict = "ok" if r.passed else "FAILED"
-        notes = [f"false attributions: {', '.join(r.false_attributions)}"] if r.false_attributions else []
-        notes += [r.error] if r.error else []
-        notes += [f"replayed {r.replayed}"] if r.replayed else []
-        lines.append(f"{r.name:22} {','.join(r.expected):34} {'yes' if r.detected else 'no':8} "
-                     f"{num(r.seconds_to_pending):>7} {num(r.seconds_to_firing):>7} {num(r.seconds_to_resolved):>8} "
-                     f"{'yes' if r.reverted else 'no':8} {verdict}" + (f"  ({'; '.join(notes)})" if notes else ""))
-    return "\n".join(lines) + "\n"

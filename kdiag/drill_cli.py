@@ -56,7 +56,8 @@ def _chosen(args) -> list[Drill] | None:
 
 
 def cmd_run(args) -> int:
-    from kdiag.drill import DrillResult, Runner, table
+    from kdiag.drill import Runner
+    from kdiag.drill_results import DrillResult, table
     from kdiag.report_html import render
 
     drills = _chosen(args)
@@ -75,7 +76,7 @@ def cmd_run(args) -> int:
             _say("kdiag: not a kdiag lab: add --yes-inject-faults to inject these faults")
             return 2
     refused = {d.name: r for d in drills if (r := d.refusal(target))}
-    runner = Runner(target, args.timeout, _say, args.alertmanager or "")
+    runner = Runner(target, args.timeout, _say, args.alertmanager or "", args.serial)
     results = runner.run([d for d in drills if d.name not in refused])
     results += [DrillResult(n, BY_NAME[n].expected, reverted=True, error=f"refused: {r}") for n, r in refused.items()]
     if args.json:
@@ -117,5 +118,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per drill on stdout")
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report with a timeline per drill")
     p.add_argument("--alertmanager", metavar="URL", help="push diagnoses there and wait for each drill's alert")
+    p.add_argument("--serial", action="store_true",
+                   help="one drill at a time (by default drills on their own topics or groups run at once)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a diagnosis (default 300)")
     p.set_defaults(func=cmd_run)

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.drill import DrillResult, Interrupted, Runner, false_attributions, first_time, table
-from kdiag.drills import BY_NAME, Target, assignment
+from kdiag.drill import Interrupted, Runner
+from kdiag.drill_results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
+from kdiag.drills import BY_NAME, DRILLS, Drill, Target, assignment, firing
+from kdiag.engine import Diagnosis, Rule
+from kdiag.pipeline import State
 
 RECORDINGS = Path(__file__).parent / "recordings"
 
@@ -43,12 +46,53 @@ def test_seconds_to_pending_and_firing_count_from_the_injection_and_need_every_e
 
 def test_a_cause_that_fires_unexpected_is_a_false_attribution_unless_it_was_active_at_the_baseline():
     causes = {"forced_fsync", "partition_skew", "broker_down", "forced_fsync_broker"}
-    assert false_attributions(ROWS, ["forced_fsync"], causes, set(), 100.0) == [
+    fsync = owner([Drill("f", "", ["forced_fsync"])])
+    assert false_attributions(ROWS, fsync, causes, set(), 100.0) == [
         "broker_down (cluster)", "forced_fsync_broker (broker 1)", "partition_skew (u)"]
     baseline = {("partition_skew", "u"), ("broker_down", "cluster")}
-    assert false_attributions(ROWS, ["forced_fsync"], causes, baseline, 100.0) == ["forced_fsync_broker (broker 1)"]
+    assert false_attributions(ROWS, fsync, causes, baseline, 100.0) == ["forced_fsync_broker (broker 1)"]
     # Symptoms and lints are not attributions; pending is not firing.
-    assert false_attributions(ROWS, ["forced_fsync"], {"forced_fsync"}, set(), 100.0) == []
+    assert false_attributions(ROWS, fsync, {"forced_fsync"}, set(), 100.0) == []
+
+
+def test_in_a_wave_each_drill_owns_its_rules_on_its_subjects_only():
+    fsync = Drill("f", "", ["forced_fsync"], subject="t", shares=True)
+    skew = Drill("s", "", ["partition_skew"], subject="other", shares=True)
+    causes = {"forced_fsync", "partition_skew", "broker_down", "forced_fsync_broker"}
+    # partition_skew fired on u, a subject no drill of the wave names: a false attribution of both.
+    assert false_attributions(ROWS, owner([fsync, skew]), causes, set(), 100.0) == [
+        "broker_down (cluster)", "forced_fsync_broker (broker 1)", "partition_skew (u)"]
+    assert false_attributions(ROWS, owner([fsync, Drill("s", "", ["partition_skew"], subject="u")]), causes,
+                              {("broker_down", "cluster"), ("forced_fsync_broker", "broker 1")}, 100.0) == []
+    # The expected rule on another subject detects nothing.
+    assert first_time(owned_rows(ROWS, skew), ["partition_skew"], ("firing",), 100.0) is None
+    assert first_time(owned_rows(ROWS, fsync), ["forced_fsync"], ("firing",), 100.0) == 16.0
+    lone = Drill("l", "", ["broker_down"])
+    assert [[d.name for d in w] for w in waves([fsync, skew, lone, fsync])] == [["f", "s"], ["l"], ["f"]]
+    assert [[d.name for d in w] for w in waves([fsync, skew], serial=True)] == [["f"], ["s"]]
+
+
+def test_every_sharing_drill_names_its_subjects_and_no_two_of_a_wave_own_one_diagnosis():
+    for wave in waves(DRILLS):
+        assert len(wave) == 1 or all(d.subject != ".*" for d in wave), [d.name for d in wave]
+        for d in wave:
+            for other in wave:
+                if other is not d and set(d.expected) & set(other.expected):
+                    assert d.subject != other.subject, (d.name, other.name)
+
+
+def test_a_drill_check_must_hold_in_some_state_of_the_fault_window():
+    check = firing("forced_fsync", lambda d: d.evidence["flush_messages"] == 1.0)
+    rule = Rule("forced_fsync", "cause", "warning", "topic", "true", None, "", "", "")
+
+    def state(*diagnoses):
+        return State("h", 0.0, [], {}, {}, list(diagnoses))
+
+    assert check(state(Diagnosis(rule, "t", 0.0, "firing", evidence={"flush_messages": 1.0})))
+    assert not check(state(Diagnosis(rule, "t", 0.0, "pending", evidence={"flush_messages": 1.0})))
+    assert not check(state(Diagnosis(rule, "t", 0.0, "firing", evidence={"flush_messages": 2.0})))
+    failed = DrillResult("d", ["r"], detected=True, reverted=True, failed_checks=["evidence"])
+    assert not failed.passed and "checks failed: evidence" in table([failed])
 
 
 def test_a_result_passes_only_detected_reverted_and_without_false_attributions():
@@ -57,7 +101,8 @@ def test_a_result_passes_only_detected_reverted_and_without_false_attributions()
     assert not DrillResult("d", ["r"], detected=True, reverted=False).passed
     assert not DrillResult("d", ["r"], detected=True, reverted=True, false_attributions=["x (y)"]).passed
     assert not DrillResult("d", ["r"], detected=False, reverted=True).passed
-    keys = {"name", "expected", "detected", "seconds_to_firing", "seconds_to_resolved", "reverted", "false_attributions"}
+    keys = {"name", "expected", "detected", "seconds_to_firing", "seconds_to_resolved", "reverted", "false_attributions",
+            "rule_for_seconds", "intervals"}
     assert keys <= set(ok.to_json())
     text = table([ok, DrillResult("e", ["r"], reverted=True, false_attributions=["x (y)"])])
     assert re.search(r"^d +r +yes .* 3\.0 .* yes +ok$", text, re.M)
