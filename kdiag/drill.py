@@ -114,9 +114,7 @@ class Monitor:
         self._thread.join(30)
         if self.pusher:
             self.pusher.stop()
-        for c in self.pipeline.collectors.collectors:
-            if hasattr(c, "close"):
-                c.close()
+        self.pipeline.collectors.close()
 
     def since(self, t: float) -> list[State]:
         with self._lock:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import closing
 
 import pytest
 from confluent_kafka import Producer
@@ -118,7 +119,8 @@ def test_a_single_replica_and_an_unsatisfiable_min_isr_are_named_and_a_sound_top
     create_topic(admin, "live-minisr", [[1, 2], [2, 3], [3, 1]], **{"min.insync.replicas": "2"})
     create_topic(admin, "live-sound", [[1, 2, 3], [2, 3, 1], [3, 1, 2]], **{"min.insync.replicas": "2"})
     observer = Observer(cluster)
-    with keyed_load(cluster["bootstrap"], ["live-rf1", "live-minisr", "live-sound"], rate=300.0):
+    with closing(observer.pipeline.collectors), \
+            keyed_load(cluster["bootstrap"], ["live-rf1", "live-minisr", "live-sound"], rate=300.0):
         wait_until(lambda: observer.diagnosed("replication_factor_one", "live-rf1")
                    and observer.diagnosed("min_isr_unsatisfiable", "live-minisr"), 120,
                    "replication_factor_one on live-rf1 and min_isr_unsatisfiable on live-minisr")
