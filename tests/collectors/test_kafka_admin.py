@@ -249,7 +249,8 @@ def lab_topics(kafka_lab) -> Iterator[dict]:
 
 @pytest.mark.kafka
 def test_live_leaders_configs_and_lag(lab_topics):
-    samples = KafkaAdminCollector(lab_topics["bootstrap"]).collect(Root())
+    with contextlib.closing(KafkaAdminCollector(lab_topics["bootstrap"])) as collector:
+        samples = collector.collect(Root())
     skew, balanced, group = lab_topics["skew"], lab_topics["balanced"], lab_topics["group"]
     assert value(samples, "kdiag_kafka_brokers") == 3
     assert {dict(k)["broker_id"]: v for k, v in values(samples, "kdiag_kafka_topic_broker_leaders", topic=skew).items()} == {
@@ -270,9 +271,9 @@ def test_live_leaders_configs_and_lag(lab_topics):
 
 @pytest.mark.kafka
 def test_live_recording_replays_the_same_samples(lab_topics, tmp_path):
-    collector = KafkaAdminCollector(lab_topics["bootstrap"])
     tee = TeeRoot(Root(), tmp_path)
-    live = collector.collect(tee)
+    with contextlib.closing(KafkaAdminCollector(lab_topics["bootstrap"])) as collector:
+        live = collector.collect(tee)
     (tmp_path / "meta.json").write_text(json.dumps({"time": tee.now()}))
     (tmp_path / "kafka.json").write_text(json.dumps({"sources": tee.kafka_state}))
     assert KafkaAdminCollector("127.0.0.1:1").collect(SnapshotRoot(tmp_path)) == live
@@ -280,9 +281,9 @@ def test_live_recording_replays_the_same_samples(lab_topics, tmp_path):
 
 @pytest.mark.kafka
 def test_dead_bootstrap_raises_within_timeout():
-    collector = KafkaAdminCollector("127.0.0.1:1", timeout=2.0)
     start = time.monotonic()
-    with pytest.raises(KafkaAdminError, match=r"127\.0\.0\.1:1"):
+    with contextlib.closing(KafkaAdminCollector("127.0.0.1:1", timeout=2.0)) as collector, \
+            pytest.raises(KafkaAdminError, match=r"127\.0\.0\.1:1"):
         collector.collect(Root())
     assert time.monotonic() - start < 2.0 + 5
 
@@ -298,8 +299,8 @@ def capture(path: Path = STATE) -> None:
     try:
         create_topics(bootstrap, skew, balanced)
         produce(bootstrap, (skew, balanced))
-        with lagging_group(bootstrap, group, balanced):
-            state = KafkaAdminCollector(bootstrap).fetch()
+        with lagging_group(bootstrap, group, balanced), contextlib.closing(KafkaAdminCollector(bootstrap)) as collector:
+            state = collector.fetch()
     finally:
         cleanup(bootstrap, (skew, balanced), (group,))
     # Other lab users' topics and groups come and go: keep only the ones made here.
