@@ -25,6 +25,7 @@ class History:
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
         self._present: set[Key] = set()
+        self._appended: deque[tuple[float, list[Key]]] = deque()  # per add, the series that got a point
         # Per name, a number that moves whenever its series do (a point added or dropped, a series appearing or
         # vanishing): signals read from names that did not move are the same (kdiag.subject_kinds.SignalCache).
         self.versions: dict[str, int] = {}
@@ -35,33 +36,35 @@ class History:
         """Append one snapshot taken at time t, mark the carried samples present (a point only for a series it
         does not hold), and drop what is older than the retention."""
         present: set[Key] = set()
-        changed: set[str] = set()
+        appended: list[Key] = []
         for s in samples:
             key = (s.name, s.labels)
-            self._append(t, key, s)
+            self._append(t, key, s, appended)
             present.add(key)
-            changed.add(s.name)
+        points, seen = self._points, self._seen
         for s in carried:
             key = (s.name, s.labels)
             present.add(key)
-            if key in self._points:
-                self._seen[key] = t
+            if key in points:
+                seen[key] = t
             else:
-                self._append(t, key, s)
-                changed.add(s.name)
+                self._append(t, key, s, appended)
+        changed = {key[0] for key in appended}
         changed.update(key[0] for key in present.symmetric_difference(self._present))
         self._present = present
+        self._appended.append((t, appended))
         self.latest_time = t
+        # Points leave in the order they came: only the series that got a point at a time now too old are touched,
+        # not every series each cycle (Kafka's thousands get one per fetch).
         horizon = t - self.retention
-        for key, points in list(self._points.items()):
-            if points[0][0] >= horizon:
-                continue
-            changed.add(key[0])
-            while points and points[0][0] < horizon:
-                points.popleft()
-            if not points:
-                del self._points[key], self._kinds[key], self._seen[key]
-                self._by_name[key[0]].pop(key, None)
+        while self._appended and self._appended[0][0] < horizon:
+            for key in self._appended.popleft()[1]:
+                kept = points[key]
+                kept.popleft()
+                changed.add(key[0])
+                if not kept:
+                    del points[key], self._kinds[key], seen[key]
+                    self._by_name[key[0]].pop(key, None)
         for name in changed:
             self.versions[name] = self.versions.get(name, 0) + 1
 
@@ -79,7 +82,8 @@ class History:
         if self._reads is not None:
             self._reads.add(name)
 
-    def _append(self, t: float, key: Key, s: Sample) -> None:
+    def _append(self, t: float, key: Key, s: Sample, appended: list[Key]) -> None:
+        appended.append(key)
         points = self._points.get(key)
         if points is None:
             points = self._points[key] = deque()
