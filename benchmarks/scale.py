@@ -16,6 +16,7 @@ import http.client
 import itertools
 import math
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -95,6 +96,40 @@ def cleanup(bootstrap: str) -> None:
     for f in admin.delete_topics(sorted(topics), operation_timeout=120).values() if topics else ():
         f.result(timeout=180)
     progress(f"deleted {len(topics)} topics and {len(groups)} groups")
+
+
+def open_files_limit(pid: int) -> int | None:
+    """A process's soft limit on open files (/proc/PID/limits), None when unknown or unlimited."""
+    try:
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+            if line.startswith("Max open files"):
+                soft = line.split()[3]
+                return int(soft) if soft.isdigit() else None
+    except OSError:
+        pass
+    return None
+
+
+def capacity_problems(partitions: int, lab: dict) -> list[str]:
+    """What this host and the lab's brokers lack for `partitions` (replication factor 1, spread over the brokers):
+    each partition costs its broker two memory maps (offset and time index) and an open segment file."""
+    per_broker = math.ceil(partitions / lab["brokers"])
+    problems = []
+    # The JVM maps a few thousand areas of its own.
+    maps = 2 * per_broker + 10_000
+    have = int(Path("/proc/sys/vm/max_map_count").read_text())
+    if have < maps:
+        problems.append(f"vm.max_map_count is {have}, a broker with {per_broker} partitions needs about {maps}: "
+                        f"run `sysctl -w vm.max_map_count={max(262144, maps)}` (as root), or start the lab with more "
+                        f"brokers (`kdiag lab up --brokers 3`)")
+    for node, pid in sorted(lab.get("pids", {}).items()):
+        files = per_broker + 2_000  # sockets, jars and the JVM's own
+        if (limit := open_files_limit(pid)) is not None and limit < files:
+            problems.append(f"broker {node} may open {limit} files, {per_broker} partitions need about {files}: "
+                            f"start the lab from a shell with a higher `ulimit -n` (this shell's hard limit is "
+                            f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}; root may raise it), or with more "
+                            f"brokers (`kdiag lab up --brokers 3`)")
+    return problems
 
 
 def free_port() -> int:
@@ -256,6 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     config = yaml.safe_load(lab_config().read_text())
     bootstrap = config["kafka"]["bootstrap_servers"]
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    if problems := capacity_problems(sizes[-1], lab):
+        for problem in problems:
+            print(f"scale.py: {sizes[-1]} partitions: {problem}", file=sys.stderr)
+        return 2
     print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
           f"CPU share of one core and RSS children include the JmxTool and AdminClient processes\n")
     print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | admin every | CPU (1 core) | RSS daemon "
