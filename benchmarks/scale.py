@@ -283,12 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scrape-interval", type=float, default=5, help="seconds between scrapes (default 5)")
     p.add_argument("--fetches", type=int, default=10, help="AdminClient fetches timed per size (default 10)")
     p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
+    p.add_argument("--first-jmx-only", action="store_true",
+                   help="poll the first broker's JMX only, as the daemon on one broker's host does (a multi-broker lab)")
     args = p.parse_args(argv)
     lab = read_lab()
     if not lab:
         print("no lab: start one with `KDIAG_LAB_DIR=... kdiag lab up --brokers 1`", file=sys.stderr)
         return 2
     config = yaml.safe_load(lab_config().read_text())
+    if args.first_jmx_only:
+        config["kafka"]["jmx"] = config["kafka"].get("jmx", [])[:1]
     bootstrap = config["kafka"]["bootstrap_servers"]
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if problems := capacity_problems(sizes[-1], lab):
