@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import yaml
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.collectors.kafka_admin import KafkaAdminCollector
@@ -75,14 +75,21 @@ def grow(admin: AdminClient, topics: int, groups: int, per_topic: int) -> None:
         time.sleep(1)
     missing = [i for i in range(groups) if GROUP.format(i) not in have_groups]
     for start in range(0, len(missing), 20):
-        futures = []
-        for i in missing[start:start + 20]:
-            tps = [TopicPartition(TOPIC.format(i % topics), p, 0) for p in range(per_topic)]
-            # The API takes one group per call: issue 20, then wait for them.
-            futures += admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
-                                                          request_timeout=120).values()
-        for f in futures:
-            f.result(timeout=180)
+        for attempt in range(3):
+            futures = []
+            for i in missing[start:start + 20]:
+                tps = [TopicPartition(TOPIC.format(i % topics), p, 0) for p in range(per_topic)]
+                # The API takes one group per call: issue 20, then wait for them.
+                futures += admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
+                                                              request_timeout=120).values()
+            try:
+                for f in futures:
+                    f.result(timeout=180)
+                break
+            except KafkaException as e:  # a fresh cluster's group coordinators may still be loading
+                if attempt == 2:
+                    raise
+                progress(f"  groups: retrying a batch ({e})")
         if (start // 20) % 10 == 9 or start + 20 >= len(missing):
             progress(f"  groups: {len(have_groups) + start + len(missing[start:start + 20])}/{groups}")
 
