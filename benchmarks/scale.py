@@ -16,6 +16,7 @@ import http.client
 import itertools
 import math
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 import yaml
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.collectors.kafka_admin import KafkaAdminCollector
@@ -74,14 +75,21 @@ def grow(admin: AdminClient, topics: int, groups: int, per_topic: int) -> None:
         time.sleep(1)
     missing = [i for i in range(groups) if GROUP.format(i) not in have_groups]
     for start in range(0, len(missing), 20):
-        futures = []
-        for i in missing[start:start + 20]:
-            tps = [TopicPartition(TOPIC.format(i % topics), p, 0) for p in range(per_topic)]
-            # The API takes one group per call: issue 20, then wait for them.
-            futures += admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
-                                                          request_timeout=120).values()
-        for f in futures:
-            f.result(timeout=180)
+        for attempt in range(3):
+            futures = []
+            for i in missing[start:start + 20]:
+                tps = [TopicPartition(TOPIC.format(i % topics), p, 0) for p in range(per_topic)]
+                # The API takes one group per call: issue 20, then wait for them.
+                futures += admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
+                                                              request_timeout=120).values()
+            try:
+                for f in futures:
+                    f.result(timeout=180)
+                break
+            except KafkaException as e:  # a fresh cluster's group coordinators may still be loading
+                if attempt == 2:
+                    raise
+                progress(f"  groups: retrying a batch ({e})")
         if (start // 20) % 10 == 9 or start + 20 >= len(missing):
             progress(f"  groups: {len(have_groups) + start + len(missing[start:start + 20])}/{groups}")
 
@@ -95,6 +103,40 @@ def cleanup(bootstrap: str) -> None:
     for f in admin.delete_topics(sorted(topics), operation_timeout=120).values() if topics else ():
         f.result(timeout=180)
     progress(f"deleted {len(topics)} topics and {len(groups)} groups")
+
+
+def open_files_limit(pid: int) -> int | None:
+    """A process's soft limit on open files (/proc/PID/limits), None when unknown or unlimited."""
+    try:
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+            if line.startswith("Max open files"):
+                soft = line.split()[3]
+                return int(soft) if soft.isdigit() else None
+    except OSError:
+        pass
+    return None
+
+
+def capacity_problems(partitions: int, lab: dict) -> list[str]:
+    """What this host and the lab's brokers lack for `partitions` (replication factor 1, spread over the brokers):
+    each partition costs its broker two memory maps (offset and time index) and an open segment file."""
+    per_broker = math.ceil(partitions / lab["brokers"])
+    problems = []
+    # The JVM maps a few thousand areas of its own.
+    maps = 2 * per_broker + 10_000
+    have = int(Path("/proc/sys/vm/max_map_count").read_text())
+    if have < maps:
+        problems.append(f"vm.max_map_count is {have}, a broker with {per_broker} partitions needs about {maps}: "
+                        f"run `sysctl -w vm.max_map_count={max(262144, maps)}` (as root), or start the lab with more "
+                        f"brokers (`kdiag lab up --brokers 3`)")
+    for node, pid in sorted(lab.get("pids", {}).items()):
+        files = per_broker + 2_000  # sockets, jars and the JVM's own
+        if (limit := open_files_limit(pid)) is not None and limit < files:
+            problems.append(f"broker {node} may open {limit} files, {per_broker} partitions need about {files}: "
+                            f"start the lab from a shell with a higher `ulimit -n` (this shell's hard limit is "
+                            f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]}; root may raise it), or with more "
+                            f"brokers (`kdiag lab up --brokers 3`)")
+    return problems
 
 
 def free_port() -> int:
@@ -248,14 +290,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scrape-interval", type=float, default=5, help="seconds between scrapes (default 5)")
     p.add_argument("--fetches", type=int, default=10, help="AdminClient fetches timed per size (default 10)")
     p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
+    p.add_argument("--first-jmx-only", action="store_true",
+                   help="poll the first broker's JMX only, as the daemon on one broker's host does (a multi-broker lab)")
     args = p.parse_args(argv)
     lab = read_lab()
     if not lab:
         print("no lab: start one with `KDIAG_LAB_DIR=... kdiag lab up --brokers 1`", file=sys.stderr)
         return 2
     config = yaml.safe_load(lab_config().read_text())
+    if args.first_jmx_only:
+        config["kafka"]["jmx"] = config["kafka"].get("jmx", [])[:1]
     bootstrap = config["kafka"]["bootstrap_servers"]
     sizes = sorted(int(s) for s in args.sizes.split(","))
+    if problems := capacity_problems(sizes[-1], lab):
+        for problem in problems:
+            print(f"scale.py: {sizes[-1]} partitions: {problem}", file=sys.stderr)
+        return 2
     print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
           f"CPU share of one core and RSS children include the JmxTool and AdminClient processes\n")
     print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | admin every | CPU (1 core) | RSS daemon "

@@ -62,20 +62,21 @@ class FamilyCache:
     def __init__(self) -> None:
         self._rendered: dict[str, tuple[tuple, bytes]] = {}
 
-    def render(self, samples: list[Sample], help_text: dict[str, str]) -> bytes:
-        """The exposition of every family of samples, in the samples' order."""
+    def render(self, samples: list[Sample], help_text: dict[str, str], cluster: str = "") -> bytes:
+        """The exposition of every family of samples, in the samples' order, Kafka's with the `cluster` label."""
         grouped: dict[str, list[Sample]] = {}
         for s in samples:
             grouped.setdefault(histogram_family(s.name) if s.kind == HISTOGRAM else s.name, []).append(s)
         rendered = {}
         for family, members in grouped.items():
-            key = (tuple(members), help_text.get(family, family))
+            # Carried samples are the same objects cycle after cycle: comparing them costs an identity check each.
+            key = (tuple(members), help_text.get(family, family), cluster)
             previous = self._rendered.get(family)
             if previous and previous[0] == key:
                 rendered[family] = previous
                 continue
             fam = _family(family, exposition_type(members[0]), key[1])
-            for s in members:
+            for s in with_cluster(members, cluster):
                 fam.add_sample(s.name, dict(s.labels), s.value)
             rendered[family] = (key, generate_latest(_Families([fam])))
         self._rendered = rendered
@@ -150,7 +151,7 @@ def failing_lines(state: State) -> bytes:
 def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
                    dropped_total: float = 0.0) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
-    samples = (cache or FamilyCache()).render(with_cluster(state.samples, state.cluster), help_text)
+    samples = (cache or FamilyCache()).render(state.samples, help_text, state.cluster)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StateCollector(state, dropped_total))
     ProcessCollector(registry=registry)

@@ -24,30 +24,66 @@ class History:
         self._seen: dict[Key, float] = {}
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
+        self._present: set[Key] = set()
+        self._appended: deque[tuple[float, list[Key]]] = deque()  # per add, the series that got a point
+        # Per name, a number that moves whenever its series do (a point added or dropped, a series appearing or
+        # vanishing): signals read from names that did not move are the same (kdiag.subject_kinds.SignalCache).
+        self.versions: dict[str, int] = {}
+        self._reads: set[str] | None = None
         self.latest_time: float | None = None
 
     def add(self, t: float, samples: Iterable[Sample], carried: Iterable[Sample] = ()) -> None:
         """Append one snapshot taken at time t, mark the carried samples present (a point only for a series it
         does not hold), and drop what is older than the retention."""
+        present: set[Key] = set()
+        appended: list[Key] = []
         for s in samples:
-            self._append(t, s)
+            key = (s.name, s.labels)
+            self._append(t, key, s, appended)
+            present.add(key)
+        points, seen = self._points, self._seen
         for s in carried:
             key = (s.name, s.labels)
-            if key in self._points:
-                self._seen[key] = t
+            present.add(key)
+            if key in points:
+                seen[key] = t
             else:
-                self._append(t, s)
+                self._append(t, key, s, appended)
+        changed = {key[0] for key in appended}
+        changed.update(key[0] for key in present.symmetric_difference(self._present))
+        self._present = present
+        self._appended.append((t, appended))
         self.latest_time = t
+        # Points leave in the order they came: only the series that got a point at a time now too old are touched,
+        # not every series each cycle (Kafka's thousands get one per fetch).
         horizon = t - self.retention
-        for key, points in list(self._points.items()):
-            while points and points[0][0] < horizon:
-                points.popleft()
-            if not points:
-                del self._points[key], self._kinds[key], self._seen[key]
-                self._by_name[key[0]].pop(key, None)
+        while self._appended and self._appended[0][0] < horizon:
+            for key in self._appended.popleft()[1]:
+                kept = points[key]
+                kept.popleft()
+                changed.add(key[0])
+                if not kept:
+                    del points[key], self._kinds[key], seen[key]
+                    self._by_name[key[0]].pop(key, None)
+        for name in changed:
+            self.versions[name] = self.versions.get(name, 0) + 1
 
-    def _append(self, t: float, s: Sample) -> None:
-        key = (s.name, s.labels)
+    def read_names(self) -> set[str]:
+        """Start noting the names read (series, recent_series, latest, rate) into the returned set, until stop_reading."""
+        self._reads = set()
+        return self._reads
+
+    def stop_reading(self) -> None:
+        """Stop noting the names read."""
+        self._reads = None
+
+    def note_read(self, name: str) -> None:
+        """Note a name as read (for a helper that caches what it read)."""
+        if self._reads is not None:
+            self._reads.add(name)
+
+    def _append(self, t: float, key: Key, s: Sample, appended: list[Key]) -> None:
+        appended.append(key)
         points = self._points.get(key)
         if points is None:
             points = self._points[key] = deque()
@@ -58,17 +94,23 @@ class History:
 
     def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
+        if self._reads is not None:
+            self._reads.add(name)
         for key in self._by_name.get(name, ()):
             if self._seen[key] == self.latest_time:
                 yield dict(key[1]), self._points[key], self._kinds[key]
 
     def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
         """(labels, points) of every series with this name seen within the retention, absent now or not."""
+        if self._reads is not None:
+            self._reads.add(name)
         for key in self._by_name.get(name, ()):
             yield dict(key[1]), self._points[key]
 
     def latest(self, name: str, **labels: str) -> float | None:
         """Latest value of one series, or None when it is absent from the latest snapshot."""
+        if self._reads is not None:
+            self._reads.add(name)
         key = (name, tuple(sorted(labels.items())))
         if self._seen.get(key) != self.latest_time:
             return None
@@ -76,6 +118,8 @@ class History:
 
     def rate(self, name: str, window: float, **labels: str) -> float | None:
         """Per-second increase of one counter over the last `window` seconds, or None without two points."""
+        if self._reads is not None:
+            self._reads.add(name)
         key = (name, tuple(sorted(labels.items())))
         if self._seen.get(key) != self.latest_time:
             return None

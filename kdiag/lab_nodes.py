@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +17,17 @@ from kdiag.collectors.processes import parse_stat
 from kdiag.lab_jars import LABFILES, LabError
 from kdiag.lab_layout import classpath
 
-HEAP = "-Xmx512m"
+HEAP = "-Xmx512m"  # KDIAG_LAB_HEAP (e.g. 1536m) for big labs: 50,000 partitions over 3 brokers need more
+
+
+def heap() -> str:
+    """The nodes' -Xmx: KDIAG_LAB_HEAP when set (digits and k, m or g), else HEAP."""
+    size = os.environ.get("KDIAG_LAB_HEAP", "")
+    if not size:
+        return HEAP
+    if not re.fullmatch(r"[1-9][0-9]*[kKmMgG]", size):
+        raise LabError(f"KDIAG_LAB_HEAP={size[:40]!r}: expected a size like 1536m or 2g")
+    return f"-Xmx{size}"
 
 
 def _alive(pid: int | None, node_dir: Path) -> bool:
@@ -71,7 +82,7 @@ def format_storage(d: Path, nodes: list[int], cluster_id: str, security: str) ->
     procs = {
         n: subprocess.Popen(
             lab_security.format_command(d, security, n, [
-                "java", HEAP, "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
+                "java", heap(), "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
                 f"-Dkafka.logs.dir={d / f'node-{n}'}", "-cp", classpath(d), "kafka.tools.StorageTool",
                 "format", "-t", cluster_id, "-c", str(d / f"node-{n}" / "server.properties")]),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -88,7 +99,7 @@ def start(d: Path, n: int, jmx_port: int, security: str) -> int:
     """Start node n in a session of its own, JMX on loopback, and write its pid file; return the pid."""
     node_dir = d / f"node-{n}"
     cmd = [
-        "java", HEAP, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+        "java", heap(), "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
         "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
         f"-Dkafka.logs.dir={node_dir}",
         "-Dcom.sun.management.jmxremote=true",

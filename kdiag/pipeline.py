@@ -17,7 +17,7 @@ from kdiag.root import Root
 from kdiag.sample import Sample
 from kdiag.scope import Member, Reporting, cluster_of, diagnosis_json
 from kdiag.signals import Signals
-from kdiag.subject_kinds import compute_signals
+from kdiag.subject_kinds import SignalCache
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,7 @@ class Pipeline:
         self.cluster_name = cluster_name
         self.cluster = cluster_name
         self.history = History(history_seconds)
+        self.signals = SignalCache()
         self.host = host
         self.window = window
         self._hold = False
@@ -209,7 +210,7 @@ class Pipeline:
         self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
         with self._lock:
             self.history.add(t, fresh, carried or ())
-            signals = compute_signals(self.history, self.window)
+            signals = self.signals.compute(self.history, self.window)
             if self._hold:
                 # One snapshot gives no rates: judging on it would resolve everything that needs them.
                 self._hold = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -153,5 +154,11 @@ def redact_cmdline_file(text: str) -> str:
 
 def cmdline_label(argv: list[str], mode: str = "redacted", limit: int = LABEL_MAX) -> str:
     """The command line as a label: masked (mode redacted) or as is (full), cut to limit characters."""
-    text = " ".join(redact_argv(argv) if mode == "redacted" else argv)
+    return _cmdline_label(tuple(argv), mode, limit)
+
+
+@functools.lru_cache(maxsize=256)
+def _cmdline_label(argv: tuple[str, ...], mode: str, limit: int) -> str:
+    # The same few processes are labelled every cycle, and a JVM's command line is kilobytes of classpath.
+    text = " ".join(redact_argv(list(argv)) if mode == "redacted" else argv)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -186,11 +186,16 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float) -> dict[str, d
 def _lag(committed: list[Any], ends: dict[tuple[str, int], int | None]) -> dict[str, dict[str, int]]:
     """Lag per topic and partition (string keys, as JSON keeps them), for partitions with a commit."""
     lag: dict[str, dict[int, int]] = {}
+    # 100,000 committed partitions per fetch at 1,000 groups: each TopicPartition attribute is read once.
     for tp in committed:
+        offset, topic, partition = tp.offset, tp.topic, tp.partition
         # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
-        if tp.offset < 0 or tp.error or (end := ends.get((tp.topic, tp.partition))) is None:
+        if offset < 0 or (end := ends.get((topic, partition))) is None or tp.error:
             continue
-        lag.setdefault(tp.topic, {})[tp.partition] = max(end - tp.offset, 0)
+        per_topic = lag.get(topic)
+        if per_topic is None:
+            per_topic = lag[topic] = {}
+        per_topic[partition] = end - offset if end > offset else 0
     return {t: {str(p): n for p, n in sorted(parts.items())} for t, parts in sorted(lag.items())}
 
 

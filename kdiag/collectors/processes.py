@@ -235,15 +235,19 @@ def scan(root: Root) -> list[Process]:
 
 def read_details(root: Root, pid: int, follow_fds: bool = True) -> Details:
     """cwd, open file count (and targets when following them) and fd limit; fds closed meanwhile are skipped."""
-    fds = root.listdir("proc", f"{pid}/fd")
     targets = []
-    for fd in fds if follow_fds else ():
-        try:
-            targets.append(root.readlink("proc", f"{pid}/fd/{fd}"))
-        except OSError:
-            continue
+    if follow_fds:
+        fds = root.listdir("proc", f"{pid}/fd")
+        count = len(fds)
+        for fd in fds:
+            try:
+                targets.append(root.readlink("proc", f"{pid}/fd/{fd}"))
+            except OSError:
+                continue
+    else:
+        count = root.count_fds(pid)
     max_fds = parse_max_fds(*read_source(root, "proc", f"{pid}/limits"))
-    return Details(root.readlink("proc", f"{pid}/cwd"), len(fds), targets, max_fds)
+    return Details(root.readlink("proc", f"{pid}/cwd"), count, targets, max_fds)
 
 
 def gc_thread_ticks(root: Root, pid: int, max_threads: int = 4096) -> int | None:

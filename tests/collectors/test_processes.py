@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from golden import assert_golden, fixture_root
 
@@ -14,6 +16,7 @@ from kdiag.collectors.processes import (
     top_readers,
     touches,
 )
+from kdiag.root import Root
 
 
 def by_pid(samples, name):
@@ -126,3 +129,15 @@ def test_top_readers_reused_pid_counts_from_zero():
     # pid 1 is a new process (new start time) that read 50; pid 2 read 30 since last time.
     procs = [proc(1, 200, 50), proc(2, 100, 40), proc(3, 100, 0)]
     assert [p.pid for p in top_readers(procs, previous, 5)] == [1, 2]
+
+
+def test_count_fds_on_the_live_procfs_matches_the_listing(tmp_path):
+    # Linux 6.2+ reports the count as the fd directory's size; older kernels and fixture trees are listed.
+    files = [open(tmp_path / f"f{i}", "w") for i in range(40)]  # noqa: SIM115 (closed below)
+    try:
+        listed = len(os.listdir(f"/proc/{os.getpid()}/fd"))
+        assert abs(Root().count_fds(os.getpid()) - listed) <= 1  # the listing itself holds one fd while it runs
+        assert listed >= 40
+    finally:
+        for f in files:
+            f.close()
