@@ -94,23 +94,20 @@ class History:
 
     def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
-        if self._reads is not None:
-            self._reads.add(name)
+        self.note_read(name)
         for key in self._by_name.get(name, ()):
             if self._seen[key] == self.latest_time:
                 yield dict(key[1]), self._points[key], self._kinds[key]
 
     def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
         """(labels, points) of every series with this name seen within the retention, absent now or not."""
-        if self._reads is not None:
-            self._reads.add(name)
+        self.note_read(name)
         for key in self._by_name.get(name, ()):
             yield dict(key[1]), self._points[key]
 
     def latest(self, name: str, **labels: str) -> float | None:
         """Latest value of one series, or None when it is absent from the latest snapshot."""
-        if self._reads is not None:
-            self._reads.add(name)
+        self.note_read(name)
         key = (name, tuple(sorted(labels.items())))
         if self._seen.get(key) != self.latest_time:
             return None
@@ -118,8 +115,7 @@ class History:
 
     def rate(self, name: str, window: float, **labels: str) -> float | None:
         """Per-second increase of one counter over the last `window` seconds, or None without two points."""
-        if self._reads is not None:
-            self._reads.add(name)
+        self.note_read(name)
         key = (name, tuple(sorted(labels.items())))
         if self._seen.get(key) != self.latest_time:
             return None
