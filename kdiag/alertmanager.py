@@ -70,6 +70,7 @@ class AlertPusher:
         self._resolving: dict[Key, dict] = {}  # endsAt posts not yet accepted
         self._thread: threading.Thread | None = None
         self.outage = ""  # the kind of failure last logged; empty while pushes succeed
+        self.accepted: dict[str, float] = {}  # rule id -> when Alertmanager last accepted it firing, annotated
         self.posts = 0
         self.failures = 0
 
@@ -156,4 +157,8 @@ class AlertPusher:
             self.outage = ""
         self._resolving.clear()
         self.posts += 1
+        now = time.time()
+        for alert in self._firing.values():
+            if alert["annotations"]:
+                self.accepted[alert["labels"]["rule"]] = now
         return True

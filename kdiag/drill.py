@@ -82,7 +82,9 @@ class Monitor:
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
         self.states: list[State] = []
         self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
-        self.pusher = AlertPusher(alertmanager, ALERT_INSTANCE, resend_interval=10.0) if alertmanager else None
+        # A short backoff: one slow answer must not hold back an alert that lives only for the signal window.
+        self.pusher = AlertPusher(alertmanager, ALERT_INSTANCE, resend_interval=10.0,
+                                  backoff_max=2.0) if alertmanager else None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="drill-monitor", daemon=True)
@@ -276,15 +278,21 @@ class Runner:
             rows = lambda: owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)  # noqa: E731
             # Alerts are watched from the injection on (a loss alert may end before its cause's begins), and the
             # drill is alerted once each expected rule has been seen in Alertmanager and the diagnosis fired.
+            # An alert that lives only for the signal window (a loss) can end between two looks at Alertmanager's
+            # API: Alertmanager accepting it firing, with its annotations, counts as seen too.
             seen: set[str] = set()
+
+            def look() -> None:
+                seen.update(alerted_rules(self.alertmanager))
+                seen.update(r for r, t in m.pusher.accepted.items() if t >= injected)
 
             def fired() -> bool:
                 if self.alertmanager:
-                    seen.update(alerted_rules(self.alertmanager))
+                    look()
                 return first_time(rows(), drill.expected, ("firing",), injected) is not None
 
             def all_alerted() -> bool:
-                seen.update(alerted_rules(self.alertmanager))
+                look()
                 return set(drill.expected) <= seen
 
             if self._wait(fired, min(drill.timeout, self.timeout)) and self.alertmanager:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -101,11 +102,26 @@ class Shared:
             prometheus_config(jobs, rule_files, self.alertmanager if alerting else None), sort_keys=False))
         post(f"{self.prometheus}/-/reload")
 
-    def add_target(self, target: str, rule_files: list[Path], alertmanager: bool) -> None:
-        """Scrape target (its own job), evaluate rule_files too, and send alerts to the shared Alertmanager if asked."""
+    def add_targets(self, targets: list[str], rule_files: list[Path], alertmanager: bool) -> None:
+        """Scrape targets (a job each) in one reload, evaluate rule_files too, alert to the shared Alertmanager if asked.
+
+        Returns once Prometheus lists every target as active: a reload is asked again while one is missing.
+        """
         jobs, files, alerting = self._read_prometheus()
-        self._write_prometheus({**jobs, f"kdiag-{target}": target}, sorted({*files, *map(str, rule_files)}),
+        self._write_prometheus({**jobs, **{f"kdiag-{t}": t for t in targets}}, sorted({*files, *map(str, rule_files)}),
                                alerting or alertmanager)
+
+        def listed() -> bool:
+            active = get_json(f"{self.prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+            if set(targets) <= {t["labels"].get("instance") for t in active}:
+                return True
+            if time.monotonic() - asked[0] > 10:
+                post(f"{self.prometheus}/-/reload")
+                asked[0] = time.monotonic()
+            return False
+
+        asked = [time.monotonic()]
+        wait_until(listed, 60, f"Prometheus to list {targets} as targets")
 
     def remove_target(self, target: str) -> None:
         """Stop scraping target."""
@@ -179,9 +195,8 @@ class Stack:
         """Prometheus scraping the target(s) every second (and evaluating rule_files every second); returns its base URL."""
         targets = [target] if isinstance(target, str) else target
         if self.shared:
-            for t in targets:
-                self.shared.add_target(t, list(rule_files), alertmanager is not None)
-                self.targets.append(t)
+            self.shared.add_targets(targets, list(rule_files), alertmanager is not None)
+            self.targets.extend(targets)
             return self.shared.prometheus
         jobs = {"kdiag": target} if isinstance(target, str) else {f"kdiag-{t}": t for t in targets}
         url = start_prometheus(self.workdir, prometheus_config(jobs, [str(p) for p in rule_files], alertmanager),
@@ -237,6 +252,14 @@ def query(prometheus: str, expr: str) -> list[dict]:
     except urllib.error.HTTPError as e:
         raise AssertionError(f"Prometheus rejected {expr!r}: {e.read().decode(errors='replace')}") from None
     return body["data"]["result"]
+
+
+def target_health(prometheus: str, targets: list[str]) -> str:
+    """Prometheus's view of the targets' last scrapes, for a failure message: health, duration, last error."""
+    active = get_json(f"{prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+    return "; ".join(f"{t['labels'].get('instance')}: {t['health']} in {t['lastScrapeDuration']:.3f}s"
+                     f"{' (' + t['lastError'] + ')' if t['lastError'] else ''}"
+                     for t in active if t["labels"].get("instance") in targets) or f"none of {targets} is a target"
 
 
 def services_up(directory: Path) -> None:

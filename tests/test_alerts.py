@@ -170,6 +170,9 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         pusher.offer(State("h", 1764430020.0, [], {}, {}, [d, pending]))
         wait_until(lambda: receiver.bodies, 10, "the first post")
         alert, source = receiver.bodies[0]
+        # What Alertmanager accepted firing with its annotations: the cause, not its inhibition source.
+        wait_until(lambda: pusher.accepted, 10, "the post counted as accepted")
+        assert set(pusher.accepted) == {"small_packet_storm"}
         assert alert["labels"] == {"alertname": "KdiagSmallPacketStorm", "rule": "small_packet_storm", "subject": "eth0",
                                    "severity": "warning", "kdiag_class": "cause", "instance": "broker-1",
                                    "scope": "host"}
@@ -210,6 +213,7 @@ def test_pusher_backs_off_logs_once_and_recovers(monkeypatch: pytest.MonkeyPatch
                                           for i in range(200)], done.set()), daemon=True).start()
         assert done.wait(10)
         wait_until(lambda: pusher.failures >= 4, 10, "several failed attempts")
+        assert pusher.accepted == {}
         warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
         assert len(warnings) == 1
         receiver = Receiver(port)

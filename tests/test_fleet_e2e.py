@@ -20,7 +20,7 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
-from promstack import ROOT, Stack, get_json, query
+from promstack import ROOT, Stack, get_json, query, target_health
 from test_kafka_rules_live import create_topic, keyed_load
 from waiting import wait_until
 
@@ -112,9 +112,14 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
                                    f"partition_skew listed by {a}", stack.logs)
                 assert entry["scope"] == "cluster" and entry["reported_by"]["broker_id"] == broker_of[reporter]
             total = f'sum(kdiag_diagnosis_active{{rule="partition_skew",subject="{topic}"}})'
+
+            def one_in_prometheus() -> bool:
+                if (r := query(prometheus, total)) and float(r[0]["value"][1]) == 1.0:
+                    return True
+                raise ValueError(f"sum {r[0]['value'][1] if r else 'absent'}; {target_health(prometheus, addresses)}")
+
             # Generous: Prometheus scrapes every second with a 1 s timeout, and a loaded machine misses many of them.
-            wait_until(lambda: (r := query(prometheus, total)) and float(r[0]["value"][1]) == 1.0, 300,
-                       "the sum over the daemons in Prometheus to be 1", stack.logs)
+            wait_until(one_in_prometheus, 300, "the sum over the daemons in Prometheus to be 1", stack.logs)
             (alert,) = wait_until(lambda: skew_alerts(alertmanager, topic), 300, "the alert in Alertmanager", stack.logs)
             assert "instance" not in alert["labels"] and alert["labels"]["broker"] == "1"
 
