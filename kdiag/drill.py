@@ -20,7 +20,8 @@ from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.drill_results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
                                  rule_for, waves)
-from kdiag.drills import Drill, Target, probe_running
+from kdiag.drill_faults import Target, probe_running
+from kdiag.drills import Drill
 from kdiag.pipeline import CollectorSet, Pipeline, State
 from kdiag.probe import ProbeService
 from kdiag.report_html import Timeline, frozen

@@ -10,7 +10,8 @@ from confluent_kafka import KafkaException
 
 from kdiag import lab
 from kdiag.lab_jars import LabError
-from kdiag.drills import BY_NAME, DRILLS, Drill, Target
+from kdiag.drill_faults import Target
+from kdiag.drills import BY_NAME, DRILLS, Drill
 
 
 def _say(message: str) -> None:

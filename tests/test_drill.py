@@ -15,7 +15,8 @@ import pytest
 
 from kdiag.drill import Interrupted, Runner
 from kdiag.drill_results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
-from kdiag.drills import BY_NAME, DRILLS, Drill, Target, assignment, firing
+from kdiag.drill_faults import Target, assignment
+from kdiag.drills import BY_NAME, DRILLS, Drill, firing
 from kdiag.engine import Diagnosis, Rule
 from kdiag.pipeline import State
 

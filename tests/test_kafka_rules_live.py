@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from waiting import wait_until
 
-from kdiag.drills import in_background
+from kdiag.drill_faults import in_background
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.pipeline import CollectorSet, Pipeline, State

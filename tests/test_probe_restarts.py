@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kdiag import lab
-from kdiag.drills import Target, kill_acking_alone
+from kdiag.drill_faults import Target, kill_acking_alone
 from kdiag.probe import ProbeService
 from kdiag.probe_config import ProbeConfig
 from waiting import wait_until
