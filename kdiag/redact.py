@@ -28,6 +28,8 @@ _NAME = re.compile(r"-{0,2}[A-Za-z_][\w.-]*+")
 _FLAG = re.compile(r"-{1,2}(?P<name>[A-Za-z][\w.-]*+)")
 _HEADER = re.compile(r"(?P<name>[\w-]++):\s*+\S.*", re.DOTALL)
 _USER_FLAGS = {"-u", "--user", "--proxy-user", "-U"}  # curl style user:password
+# Flags that take a password only in some programs (`cp -a` keeps its value): active once the program's word is seen.
+PROGRAM_SECRET_FLAGS = {"redis-cli": {"-a"}, "redis-benchmark": {"-a"}, "keydb-cli": {"-a"}, "valkey-cli": {"-a"}}
 _SPACE = re.compile(r"\s")
 _WORD_SEPARATORS = re.compile(r"[\s'\"]+")
 
@@ -50,6 +52,7 @@ def _redact(argv: list[str], depth: int) -> tuple[list[str], int]:
     out = []
     expect = PLAIN
     total = scripts = 0
+    secret_flags: set[str] = set()
     for i, arg in enumerate(argv):
         if i == ARGS_MAX - 1 and len(argv) > ARGS_MAX:
             out.append(f"{MASK}(+{len(argv) - i} args)")
@@ -67,7 +70,11 @@ def _redact(argv: list[str], depth: int) -> tuple[list[str], int]:
         elif expect == USERPASS and ":" in arg:
             out.append(f"{arg.split(':', 1)[0]}:{MASK}")
             expect = PLAIN
+        elif arg in secret_flags:
+            out.append(arg)
+            expect = SECRET
         else:
+            secret_flags |= PROGRAM_SECRET_FLAGS.get(arg.rsplit("/", 1)[-1], set())
             masked, expect = _redact_word(arg, depth)
             out.append(masked)
     return out, expect

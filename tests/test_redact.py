@@ -41,6 +41,10 @@ CASES = [
     (["postgres: alice db 127.0.0.1 idle"], ["postgres: alice db 127.0.0.1 idle"]),  # a rewritten title, no secret
     (["tar", "czf", "/backup/k.tgz", "/data/kafka-logs"], ["tar", "czf", "/backup/k.tgz", "/data/kafka-logs"]),
     (["du", "-sh", "/data/kafka-logs", "--exclude=*.index"], ["du", "-sh", "/data/kafka-logs", "--exclude=*.index"]),
+    (["redis-cli", "-h", "r", "-a", "hunter2", "ping"], ["redis-cli", "-h", "r", "-a", "***", "ping"]),
+    (["sudo", "/usr/bin/redis-cli", "-a", "hunter2"], ["sudo", "/usr/bin/redis-cli", "-a", "***"]),
+    (["sh", "-c", "redis-cli -a hunter2 --scan > /tmp/keys"], ["sh", "-c", "redis-cli -a *** --scan > /tmp/keys"]),
+    (["cp", "-a", "/data/kafka-logs", "/backup"], ["cp", "-a", "/data/kafka-logs", "/backup"]),
     ([], []),
 ]
 
