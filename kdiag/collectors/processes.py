@@ -17,6 +17,7 @@ from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+PF_KTHREAD = 0x00200000  # a kernel thread, in the flags of /proc/<pid>/stat (include/linux/sched.h)
 BROKER_MAIN_CLASS = "kafka.Kafka"
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
@@ -46,6 +47,7 @@ class Stat(NamedTuple):
     cpu_ticks: int
     start_ticks: int
     state: str = ""
+    kernel_thread: bool = False
 
 
 class IO(NamedTuple):
@@ -54,6 +56,9 @@ class IO(NamedTuple):
     read_bytes: int
     rchar: int
     write_bytes: int
+
+
+NO_IO = IO(0, 0, 0)
 
 
 class Process(NamedTuple):
@@ -80,8 +85,9 @@ def parse_stat(text: str, source: str = "/proc/<pid>/stat") -> Stat:
     _, _, comm = head.partition("(")
     fields = tail.split()
     try:
-        # tail starts at field 3 (state): utime, stime and starttime are fields 14, 15 and 22.
-        return Stat(comm, int(fields[11]) + int(fields[12]), int(fields[19]), fields[0])
+        # tail starts at field 3 (state): flags, utime, stime and starttime are fields 9, 14, 15 and 22.
+        return Stat(comm, int(fields[11]) + int(fields[12]), int(fields[19]), fields[0],
+                    bool(int(fields[6]) & PF_KTHREAD))
     except (IndexError, ValueError):
         raise malformed(source, 1, text) from None
 
@@ -224,8 +230,11 @@ def scan(root: Root) -> list[Process]:
         if not entry.isdigit():
             continue
         try:
-            io = parse_io(*read_source(root, "proc", f"{entry}/io"))
             stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
+            if stat.kernel_thread:  # no command line, and none of its I/O is a process scanning the log dirs
+                procs.append(Process(int(entry), stat, [], NO_IO))
+                continue
+            io = parse_io(*read_source(root, "proc", f"{entry}/io"))
             argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
         except OSError:
             continue

@@ -5,6 +5,7 @@ from golden import assert_golden, fixture_root
 
 from kdiag.collectors.processes import (
     IO,
+    NO_IO,
     Process,
     ProcessesCollector,
     Stat,
@@ -13,6 +14,7 @@ from kdiag.collectors.processes import (
     parse_max_fds,
     parse_stat,
     path_arguments,
+    scan,
     top_readers,
     touches,
 )
@@ -87,6 +89,24 @@ def test_parse_stat_comm_with_parens_and_spaces():
     assert parse_stat(text) == Stat("log) reader", 250, 92000, "S")
     with pytest.raises(ValueError, match="/proc/1/stat line 1"):
         parse_stat("1 (init) S 1\n", "/proc/1/stat")
+
+
+# Captured from a 6.x kernel: a kworker, flags 69238880 (PF_KTHREAD set), and a shell, flags 4194560.
+KWORKER_STAT = ("10 (kworker/0:0H-events_highpri) I 2 0 0 0 -1 69238880 0 0 0 0 0 0 0 0 0 -20 1 0 26 0 0 "
+                "18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
+SHELL_STAT = "3300 (bash) S 1 3300 3300 0 -1 4194560 1200 0 0 0 187 63 0 0 20 0 1 0 92000 3133440\n"
+
+
+def test_kernel_threads_are_scanned_from_stat_alone(tmp_path):
+    (tmp_path / "10").mkdir()
+    (tmp_path / "10" / "stat").write_text(KWORKER_STAT)  # no io, no cmdline: neither is read
+    (tmp_path / "3300").mkdir()
+    (tmp_path / "3300" / "stat").write_text(SHELL_STAT)
+    (tmp_path / "3300" / "io").write_text("rchar: 7\nwchar: 0\nread_bytes: 4096\nwrite_bytes: 0\n")
+    (tmp_path / "3300" / "cmdline").write_text("bash\0-c\0du /data\0")
+    procs = {p.pid: p for p in scan(Root(proc=tmp_path, sys=tmp_path))}
+    assert procs[10] == Process(10, Stat("kworker/0:0H-events_highpri", 0, 26, "I", True), [], NO_IO)
+    assert procs[3300] == Process(3300, Stat("bash", 250, 92000, "S", False), ["bash", "-c", "du /data"], IO(4096, 7, 0))
 
 
 def test_parse_cmdline():
