@@ -131,7 +131,7 @@ class Monitor:
 class Runner:
     """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
 
-    def __init__(self, target: Target, timeout: float = 300.0, progress: Callable[[str], None] = print,
+    def __init__(self, target: Target | None, timeout: float = 300.0, progress: Callable[[str], None] = print,
                  alertmanager: str = "", serial: bool = False):
         self.target = target
         self.serial = serial

@@ -64,19 +64,21 @@ def cmd_run(args) -> int:
     drills = _chosen(args)
     if drills is None:
         return 2
+    live = any(not d.replay for d in drills)  # replays need no cluster: no lab is started for them
     try:
-        target = lab_target() if args.against == "lab" else remote_target(args.against, args.jmx or [])
+        target = None if not live else (
+            lab_target() if args.against == "lab" else remote_target(args.against, args.jmx or []))
     except (LabError, KafkaException) as e:
         _say(f"kdiag: cannot reach the cluster to drill: {e}")
         return 1
-    if args.against != "lab":
+    if target is not None and args.against != "lab":
         _say(f"plan for {args.against} ({target.brokers} brokers): each drill changes exactly this, then reverts it:")
         for d in drills:
             _say(f"  {d.name}: {d.summary}" + (f" [refused: {r}]" if (r := d.refusal(target)) else ""))
         if not args.yes_inject_faults:
             _say("kdiag: not a kdiag lab: add --yes-inject-faults to inject these faults")
             return 2
-    refused = {d.name: r for d in drills if (r := d.refusal(target))}
+    refused = {d.name: r for d in drills if target is not None and (r := d.refusal(target))}
     runner = Runner(target, args.timeout, _say, args.alertmanager or "", args.serial)
     results = runner.run([d for d in drills if d.name not in refused])
     results += [DrillResult(n, BY_NAME[n].expected, reverted=True, error=f"refused: {r}") for n, r in refused.items()]

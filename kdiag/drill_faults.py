@@ -87,15 +87,16 @@ def probe_running(target: Target, config: ProbeConfig) -> Iterator[ProbeService]
             probe.stop(30)  # a manager thread outliving the topic would create it again
 
 
-def keyed_load(target: Target, name: str, rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager:
-    """Produce traffic at about `rate` messages/s over `keys` keys."""
+def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager:
+    """Produce traffic to each topic at about `rate` messages/s over `keys` keys while the block runs."""
     def run(stop: threading.Event) -> None:
-        producer = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 5, "acks": "1"})
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "1"})
         n = 0
         while not stop.is_set():
-            for _ in range(int(rate / 20)):
-                producer.produce(name, key=f"k{n % keys}".encode(), value=b"x" * 200)
-                n += 1
+            for name in topics:
+                for _ in range(int(rate / 20)):
+                    producer.produce(name, key=f"k{n % keys}".encode(), value=b"x" * 200)
+                    n += 1
             producer.poll(0)
             time.sleep(0.05)
         producer.flush(10)

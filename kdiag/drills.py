@@ -58,26 +58,28 @@ class Drill:
 
 @contextmanager
 def forced_fsync(target: Target) -> Iterator[None]:
-    with topic(target, "drill-forced-fsync", assignment(target, 3), **{"flush.messages": "1"}) as name, keyed_load(target, name):
+    with topic(target, "drill-forced-fsync", assignment(target, 3), **{"flush.messages": "1"}) as name, \
+            keyed_load(target.bootstrap, [name]):
         yield
 
 
 @contextmanager
 def forced_fsync_broker(target: Target) -> Iterator[None]:
     with topic(target, "drill-fsync-inherited", assignment(target, 3)) as name, \
-            cluster_default(target, "log.flush.interval.messages", "1"), keyed_load(target, name):
+            cluster_default(target, "log.flush.interval.messages", "1"), keyed_load(target.bootstrap, [name]):
         yield
 
 
 @contextmanager
 def leader_skew(target: Target) -> Iterator[None]:
-    with topic(target, "drill-leader-skew", [[1, 2, 3], [1, 3, 2]] * 3) as name, keyed_load(target, name):
+    with topic(target, "drill-leader-skew", [[1, 2, 3], [1, 3, 2]] * 3) as name, \
+            keyed_load(target.bootstrap, [name]):
         yield
 
 
 @contextmanager
 def hot_key(target: Target) -> Iterator[None]:
-    with topic(target, "drill-hot-key", assignment(target, 3)) as name, keyed_load(target, name, keys=1):
+    with topic(target, "drill-hot-key", assignment(target, 3)) as name, keyed_load(target.bootstrap, [name], keys=1):
         yield
 
 
@@ -85,7 +87,7 @@ def hot_key(target: Target) -> Iterator[None]:
 def follower_stopped(target: Target) -> Iterator[None]:
     # min.insync.replicas=3: with a replica gone, acks=all writes would fail (seed 002 section 3.2); the load uses acks=1.
     with topic(target, "drill-follower", assignment(target, 3), **{"min.insync.replicas": "3"}) as name, \
-            keyed_load(target, name, rate=300):
+            keyed_load(target.bootstrap, [name], rate=300):
         try:
             lab.stop_node(VICTIM_BROKER, target.lab_dir)
             yield
@@ -121,7 +123,8 @@ while True:
 @contextmanager
 def log_dir_scanner(target: Target) -> Iterator[None]:
     """A separate process re-reading every file of the log dirs, as a backup or stats script does."""
-    with topic(target, "drill-scanned", assignment(target, 3)) as name, keyed_load(target, name, rate=3000):
+    with topic(target, "drill-scanned", assignment(target, 3)) as name, \
+            keyed_load(target.bootstrap, [name], rate=3000):
         scanner = subprocess.Popen([sys.executable, "-c", SCANNER, *target.log_dirs], cwd=target.log_dirs[0],
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         try:

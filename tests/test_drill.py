@@ -151,10 +151,12 @@ def chromium_check(page: Path, tmp_path: Path) -> str:
     return dumped.stdout
 
 
-def test_replay_drills_detect_their_host_fault_and_the_html_shows_a_timeline_each(tmp_path):
+def test_replay_drills_detect_their_host_fault_and_the_html_shows_a_timeline_each(tmp_path, monkeypatch):
     page = tmp_path / "drills.html"
+    monkeypatch.setenv("KDIAG_LAB_DIR", str(tmp_path / "no-lab"))  # replays need no cluster: none is started
     run = kdiag("drill", "run", "nic-irq-on-cpu0", "swap-in-use", "--json", "--html", str(page))
     assert run.returncode == 0, run.stderr
+    assert "starting the kdiag lab" not in run.stderr and not (tmp_path / "no-lab" / "lab.json").exists()
     results = {r["name"]: r for r in json.loads(run.stdout)}
     # Recorded every 5 s: pending at the second snapshot, firing once `for` (20 s, 30 s) has passed.
     assert results["nic-irq-on-cpu0"]["seconds_to_firing"] == 25.0 and results["swap-in-use"]["seconds_to_firing"] == 35.0

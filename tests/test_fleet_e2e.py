@@ -21,8 +21,10 @@ import yaml
 from confluent_kafka.admin import AdminClient
 from prometheus_client.parser import text_string_to_metric_families
 from promstack import ROOT, Stack, get_json, query, target_health
-from test_kafka_rules_live import create_topic, keyed_load
+from test_kafka_rules_live import create_topic
 from waiting import wait_until
+
+from kdiag.drill_faults import keyed_load
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 INTERVAL = 5.0  # the daemons' default cycle; the handover is judged in cycles

@@ -7,16 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-import time
 from contextlib import closing
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from waiting import wait_until
 
-from kdiag.drill_faults import in_background
+from kdiag.drill_faults import keyed_load
 from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.pipeline import CollectorSet, Pipeline, State
@@ -44,23 +41,6 @@ def create_topic(admin: AdminClient, name: str, assignment: list[list[int]], **c
     wait_until(lambda: name not in admin.list_topics(timeout=10).topics, 30, f"topic {name} deleted")
     topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment, config=config)
     wait_until(lambda: admin.create_topics([topic])[name].exception(timeout=30) is None, 30, f"topic {name} created")
-
-
-def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0):
-    """Keyed produce traffic to each topic at about `rate` messages/s until the block ends."""
-    def run(stop: threading.Event) -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "1"})
-        n = 0
-        while not stop.is_set():
-            for topic in topics:
-                for _ in range(int(rate / 20)):
-                    producer.produce(topic, key=f"k{n % 1000}".encode(), value=b"x" * 200)
-                    n += 1
-            producer.poll(0)
-            time.sleep(0.05)
-        producer.flush(10)
-
-    return in_background(run)
 
 
 class Observer:
