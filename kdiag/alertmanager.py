@@ -158,7 +158,6 @@ class AlertPusher:
         self._resolving.clear()
         self.posts += 1
         now = time.time()
-        for alert in self._firing.values():
-            if alert["annotations"]:
-                self.accepted[alert["labels"]["rule"]] = now
+        # Replaced, never changed in place: other threads read it while this one posts.
+        self.accepted = {**self.accepted, **{a["labels"]["rule"]: now for a in self._firing.values() if a["annotations"]}}
         return True
