@@ -111,16 +111,17 @@ class Shared:
         self._write_prometheus({**jobs, **{f"kdiag-{t}": t for t in targets}}, sorted({*files, *map(str, rule_files)}),
                                alerting or alertmanager)
 
+        asked = time.monotonic()
+
         def listed() -> bool:
-            active = get_json(f"{self.prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
-            if set(targets) <= {t["labels"].get("instance") for t in active}:
+            nonlocal asked
+            if set(targets) <= {t["labels"].get("instance") for t in active_targets(self.prometheus)}:
                 return True
-            if time.monotonic() - asked[0] > 10:
+            if time.monotonic() - asked > 10:
                 post(f"{self.prometheus}/-/reload")
-                asked[0] = time.monotonic()
+                asked = time.monotonic()
             return False
 
-        asked = [time.monotonic()]
         wait_until(listed, 60, f"Prometheus to list {targets} as targets")
 
     def remove_target(self, target: str) -> None:
@@ -254,9 +255,14 @@ def query(prometheus: str, expr: str) -> list[dict]:
     return body["data"]["result"]
 
 
+def active_targets(prometheus: str) -> list[dict]:
+    """Prometheus's active targets, with their labels and last scrape."""
+    return get_json(f"{prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+
+
 def target_health(prometheus: str, targets: list[str]) -> str:
     """Prometheus's view of the targets' last scrapes, for a failure message: health, duration, last error."""
-    active = get_json(f"{prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+    active = active_targets(prometheus)
     return "; ".join(f"{t['labels'].get('instance')}: {t['health']} in {t['lastScrapeDuration']:.3f}s"
                      f"{' (' + t['lastError'] + ')' if t['lastError'] else ''}"
                      for t in active if t["labels"].get("instance") in targets) or f"none of {targets} is a target"
