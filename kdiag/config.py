@@ -43,6 +43,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "kafka.max_partition_series": (0, 1_000_000),
     "kafka.max_series": (0, 10_000_000),
     "kafka.configs_interval": (0, 86400),
+    "kafka.quiet_groups_interval": (0, 86400),
     "kafka.expected_brokers": (0, 2**31 - 1),
     "kafka.local_broker_id": (0, 2**31 - 1),
     "nics.*.speed_mbps": (0, 10_000_000),
@@ -94,6 +95,8 @@ class KafkaConfig:
     max_series: int = 100_000
     # How often topic and broker configs are re-read (a new topic's at once); 0: every fetch.
     configs_interval: Duration = Duration(60.0)
+    # How often an Empty group whose committed offsets did not move is read again (others: every fetch); 0: every fetch.
+    quiet_groups_interval: Duration = Duration(300.0)
     # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
     expected_brokers: list[int] = field(default_factory=list)
     # This host's broker (its node.id); null: found from the broker process on this host, else none (a load host).

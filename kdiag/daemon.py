@@ -49,8 +49,10 @@ log = logging.getLogger(__name__)
 
 # After SIGTERM/SIGINT, whatever still hangs (a collector thread, a Kafka client) gets this long before os._exit.
 SHUTDOWN_GRACE_SECONDS = 5.0
-# An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next.
+# An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next,
+# and one costing c CPU seconds (its child process's included) at least c / CPU_BUDGET: half a percent of one core.
 STRETCH = 20.0
+CPU_BUDGET = 0.005
 # 4 x 15 s keeps two fetches inside the 120 s over which lag growth is measured.
 MAX_STRETCH = 4.0
 # Config keys a reload applies; the others need a restart.
@@ -76,7 +78,8 @@ def admin_collector(config: Config) -> Collector:
     kafka = config.kafka
     return KafkaAdminCollector(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series,
                                kafka.client_settings, kafka.expected_brokers, partition_series=kafka.partition_series,
-                               group_series=kafka.group_series, configs_interval=kafka.configs_interval)
+                               group_series=kafka.group_series, configs_interval=kafka.configs_interval,
+                               quiet_groups_interval=kafka.quiet_groups_interval)
 
 
 def jmx_collector(config: Config) -> Collector:
@@ -154,13 +157,16 @@ class Background:
             return
         samples = self.collectors.run(self.root)
         self._runs += 1
-        # A fetch that takes long (tens of thousands of partitions, a thousand groups) spaces out the next ones so
-        # Kafka work stays a small share of the host; the job still fires every `every` and skips until then. The
-        # first run is left out: it pays for connecting and reading every config. A failed run is retried at the pace.
+        # A fetch that takes long or costs much (tens of thousands of partitions, a thousand groups) spaces out the
+        # next ones so Kafka work stays a small share of the host; the job still fires every `every` and skips until
+        # then. The first run is left out: it pays for connecting and reading every config. A failed run is retried
+        # at the pace.
         if self.adaptive and self._runs > 1:
             took = time.monotonic() - start
-            ok = all(h.success for h in self.collectors.health.values())
-            self.period = min(max(self.every, took * STRETCH), MAX_STRETCH * self.every) if ok else self.every
+            health = self.collectors.health.values()
+            cost = sum(h.cpu for h in health)
+            stretched = min(max(self.every, took * STRETCH, cost / CPU_BUDGET), MAX_STRETCH * self.every)
+            self.period = stretched if all(h.success for h in health) else self.every
         self._next = start + self.period - min(1.0, self.every / 2)
         with self._lock:
             self._samples, self._at = samples, time.monotonic()
@@ -265,16 +271,16 @@ class Daemon:
         if self.pusher:
             self.pusher.offer(state)
 
-    def _extra(self) -> tuple[list[Sample], list[Sample], dict[str, Health]]:
-        """Samples gathered off the cycle: new ones, ones an earlier cycle already added (carried), and health."""
+    def _extra(self) -> tuple[list[Sample], list[list[Sample]], dict[str, Health]]:
+        """Samples gathered off the cycle: new ones, batches an earlier cycle already added (carried), and health."""
         samples: list[Sample] = []
-        carried: list[Sample] = []
+        carried: list[list[Sample]] = []
         health: dict[str, Health] = {}
         for background in self.background:
             got, h = background.latest()
             # Each run makes a new list: the same list again means no fetch since the last cycle.
             if got is self._handed.get(id(background)):
-                carried += got
+                carried.append(got)
             else:
                 samples += got
                 self._handed[id(background)] = got

@@ -19,9 +19,10 @@ class History:
         self.retention = retention
         self._points: dict[Key, deque[tuple[float, float]]] = {}
         self._kinds: dict[Key, str] = {}
-        # When each series was last present: a carried sample (fetched earlier, already added) is present without
-        # a new point, so rates over Kafka's fetches see real steps, not a staircase of repeated values.
-        self._seen: dict[Key, float] = {}
+        # Per carried batch (a list of samples fetched earlier, already added; id -> (list, key -> sample)): a carried
+        # series is present without a new point, so rates over Kafka's fetches see real steps, not a staircase of
+        # repeated values. A batch is carried cycle after cycle as the same list: its keys are made once.
+        self._batches: dict[int, tuple[list[Sample], dict[Key, Sample]]] = {}
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
         self._present: set[Key] = set()
@@ -32,23 +33,26 @@ class History:
         self._reads: set[str] | None = None
         self.latest_time: float | None = None
 
-    def add(self, t: float, samples: Iterable[Sample], carried: Iterable[Sample] = ()) -> None:
-        """Append one snapshot taken at time t, mark the carried samples present (a point only for a series it
-        does not hold), and drop what is older than the retention."""
+    def add(self, t: float, samples: Iterable[Sample], carried: Iterable[list[Sample]] = ()) -> None:
+        """Append one snapshot taken at time t, mark the carried batches' samples present (a point only for a series
+        it does not hold), and drop what is older than the retention."""
         present: set[Key] = set()
         appended: list[Key] = []
         for s in samples:
             key = (s.name, s.labels)
             self._append(t, key, s, appended)
             present.add(key)
-        points, seen = self._points, self._seen
-        for s in carried:
-            key = (s.name, s.labels)
-            present.add(key)
-            if key in points:
-                seen[key] = t
-            else:
-                self._append(t, key, s, appended)
+        points = self._points
+        batches = {}
+        for batch in carried:
+            known = self._batches.get(id(batch))
+            if known is None or known[0] is not batch:
+                known = (batch, {(s.name, s.labels): s for s in batch})
+            batches[id(batch)] = known
+            present.update(known[1])
+            for key in known[1].keys() - points.keys():
+                self._append(t, key, known[1][key], appended)
+        self._batches = batches
         changed = {key[0] for key in appended}
         changed.update(key[0] for key in present.symmetric_difference(self._present))
         self._present = present
@@ -63,8 +67,9 @@ class History:
                 kept.popleft()
                 changed.add(key[0])
                 if not kept:
-                    del points[key], self._kinds[key], seen[key]
+                    del points[key], self._kinds[key]
                     self._by_name[key[0]].pop(key, None)
+                    present.discard(key)  # a carried series with no point left is absent until it gets one
         for name in changed:
             self.versions[name] = self.versions.get(name, 0) + 1
 
@@ -89,14 +94,13 @@ class History:
             points = self._points[key] = deque()
             self._by_name.setdefault(s.name, {})[key] = None
         self._kinds[key] = s.kind
-        self._seen[key] = t
         points.append((t, s.value))
 
     def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
         self.note_read(name)
         for key in self._by_name.get(name, ()):
-            if self._seen[key] == self.latest_time:
+            if key in self._present:
                 yield dict(key[1]), self._points[key], self._kinds[key]
 
     def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
@@ -109,7 +113,7 @@ class History:
         """Latest value of one series, or None when it is absent from the latest snapshot."""
         self.note_read(name)
         key = (name, tuple(sorted(labels.items())))
-        if self._seen.get(key) != self.latest_time:
+        if key not in self._present:
             return None
         return self._points[key][-1][1]
 
@@ -117,7 +121,7 @@ class History:
         """Per-second increase of one counter over the last `window` seconds, or None without two points."""
         self.note_read(name)
         key = (name, tuple(sorted(labels.items())))
-        if self._seen.get(key) != self.latest_time:
+        if key not in self._present:
             return None
         return window_rate(self._points[key], window, self._kinds[key])
 

@@ -30,6 +30,7 @@ class Health:
     duration: float = 0.0
     last_success: float | None = None
     error: str = ""
+    cpu: float = 0.0  # CPU seconds of the last run: its thread's, and its child process's (collector.child_cpu_seconds)
 
 
 class CollectorTimeout(Exception):
@@ -42,15 +43,18 @@ class _Worker:
     def __init__(self):
         self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
         self._running = threading.Event()
+        self.cpu = 0.0  # this thread's CPU seconds in the last run
         threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
             collector, root, answer = job
+            start = time.thread_time()
             try:
                 result: tuple[str, Any] = ("samples", collector.collect(root))
             except Exception as e:
                 result = ("error", e)
+            self.cpu = time.thread_time() - start
             self._running.clear()  # before answering: the next run must never find it busy
             answer.put(result)
 
@@ -101,7 +105,7 @@ class CollectorSet:
         samples: list[Sample] = []
         for c in self.collectors:
             health = self.health[c.name]
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             try:
                 got = self._collect(c, root)
             except Exception as e:  # any failure of one source only degrades that source
@@ -112,6 +116,9 @@ class CollectorSet:
                 health.success, health.error = False, message
                 continue
             health.duration = time.perf_counter() - start
+            # With a timeout the run was in the worker thread, which measured itself.
+            own = time.thread_time() - cpu if self.timeout is None else self._worker.cpu if self._worker else 0.0
+            health.cpu = own + getattr(c, "child_cpu_seconds", 0.0)
             health.success, health.error, health.last_success = True, "", root.now()
             samples.extend(got)
         return samples
@@ -201,12 +208,12 @@ class Pipeline:
             self.engine = engine
 
     def step(self, root: Root, extra: list[Sample] | None = None,
-             extra_health: dict[str, Health] | None = None, carried: list[Sample] | None = None) -> State:
-        """Collect at root.now() (plus samples gathered elsewhere, and carried ones an earlier step already added),
-        then derive signals and diagnoses."""
+             extra_health: dict[str, Health] | None = None, carried: list[list[Sample]] | None = None) -> State:
+        """Collect at root.now() (plus samples gathered elsewhere, and batches of carried ones an earlier step already
+        added), then derive signals and diagnoses."""
         t = root.now()
         fresh = self.collectors.run(root) + list(extra or [])
-        samples = fresh + list(carried or [])
+        samples = fresh + [s for batch in carried or () for s in batch]
         self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
         with self._lock:
             self.history.add(t, fresh, carried or ())

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
+CPU_KEY = "cpu_seconds"  # added to every answer by the child: the CPU its request cost
 
 
 class WorkerError(Exception):
@@ -49,6 +50,7 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self.restarts = -1  # the first start is no restart
+        self.last_cpu_seconds = 0.0  # what the child's last answer cost it (all its threads)
 
     def pid(self) -> int | None:
         """The running child's pid, if one runs."""
@@ -81,7 +83,9 @@ class WorkerProcess:
                 pass  # it died: reading says how
             line = _read_line(process.stdout, time.monotonic() + timeout)
             if line:
-                return json.loads(line)
+                answer = json.loads(line)
+                self.last_cpu_seconds = answer.pop(CPU_KEY, 0.0)
+                return answer
             self._process = None  # said once here, not again on the next request
             if line is None:
                 self._kill(process)
@@ -142,5 +146,8 @@ def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str,
     os.dup2(2, 1)
     handle = start(json.loads(sys.stdin.readline() or "{}"))
     for line in sys.stdin:
-        out.write(_line(handle(json.loads(line))))
+        start = time.process_time()
+        answer = handle(json.loads(line))
+        # Every thread of this process counts (librdkafka's too): what the request cost the host.
+        out.write(_line({**answer, CPU_KEY: time.process_time() - start}))
         out.flush()

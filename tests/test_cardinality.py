@@ -191,19 +191,42 @@ def test_engine_reevaluates_a_subject_only_when_its_inputs_change(tmp_path):
 
 
 class SlowCollector:
-    """Takes `seconds` per collect, as a big cluster's admin fetch does."""
+    """Takes `seconds` per collect, as a big cluster's admin fetch does: asleep, busy (`busy`), or in a child process
+    (`child_cpu_seconds`, as KafkaAdminCollector reports its AdminClient process's)."""
 
     name = "slow"
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, busy: bool = False):
         self.help: dict[str, str] = {}
         self.seconds = seconds
+        self.busy = busy
         self.runs = 0
+        self.child_cpu_seconds = 0.0
 
     def collect(self, root: Root) -> list[Sample]:
         self.runs += 1
-        time.sleep(self.seconds)
+        if self.busy:
+            start = time.thread_time()
+            while time.thread_time() - start < self.seconds:
+                pass
+        else:
+            time.sleep(self.seconds)
         return [sample("kdiag_slow", self.runs)]
+
+
+@pytest.mark.parametrize("timeout", [10.0, None])
+def test_a_costly_background_run_stretches_the_period_by_its_cpu(timeout):
+    costly = SlowCollector(0.0)
+    background = Background([costly], Root(), every=1.0, timeout=timeout, adaptive=True)
+    background.run()
+    costly.child_cpu_seconds = 0.01  # its child process spent 10 ms: twice the 0.5% budget of a 1 s period
+    background._next = 0.0
+    background.run()
+    assert background.collectors.health["slow"].cpu >= 0.01 and 2.0 <= background.period <= 4.0
+    costly.child_cpu_seconds, costly.seconds, costly.busy = 0.0, 0.015, True  # its own thread spent 15 ms
+    background._next = 0.0
+    background.run()
+    assert background.collectors.health["slow"].cpu >= 0.015 and 3.0 <= background.period <= 4.0
 
 
 def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
@@ -240,15 +263,29 @@ def test_carried_samples_are_present_without_a_staircase_of_repeated_points():
 
     history = History(900)
     fetch = [sample("kdiag_kafka_topic_log_end_offset_total", 0, COUNTER, topic="a")]
-    history.add(0, [sample("kdiag_load1", 1.0)], fetch)  # first seen: a point
+    history.add(0, [sample("kdiag_load1", 1.0)], [fetch])  # first seen: a point
     for t in (5, 10, 15):  # cycles between fetches carry the same samples
-        history.add(t, [sample("kdiag_load1", 1.0)], fetch)
+        history.add(t, [sample("kdiag_load1", 1.0)], [fetch])
     assert history.latest("kdiag_kafka_topic_log_end_offset_total", topic="a") == 0
     history.add(20, [sample("kdiag_load1", 1.0)], [])  # the next fetch had no such series: absent now
     assert history.latest("kdiag_kafka_topic_log_end_offset_total", topic="a") is None
     history.add(60, [sample("kdiag_kafka_topic_log_end_offset_total", 600, COUNTER, topic="a")])
     for t in (65, 70, 75):
-        history.add(t, [], [sample("kdiag_kafka_topic_log_end_offset_total", 600, COUNTER, topic="a")])
+        history.add(t, [], [[sample("kdiag_kafka_topic_log_end_offset_total", 600, COUNTER, topic="a")]])
         # 600 messages between the fetches at 0 and 60 s, whatever the cycle: not 0, not 600 over 30 s.
         assert history.rate("kdiag_kafka_topic_log_end_offset_total", 30, topic="a") == pytest.approx(10.0)
     assert [len(p) for _, p, _ in history.series("kdiag_kafka_topic_log_end_offset_total")] == [2]
+
+
+def test_a_carried_series_whose_points_aged_out_is_absent_until_it_gets_one_again():
+    from kdiag.history import History
+
+    history = History(retention=60)
+    fetch = [sample("kdiag_kafka_brokers", 3)]
+    history.add(0, [], [fetch])
+    history.add(30, [], [fetch])
+    assert history.latest("kdiag_kafka_brokers") == 3
+    history.add(61, [], [fetch])  # its only point (t=0) aged out in this add
+    assert history.latest("kdiag_kafka_brokers") is None and list(history.series("kdiag_kafka_brokers")) == []
+    history.add(65, [], [fetch])  # still carried: a point again
+    assert history.latest("kdiag_kafka_brokers") == 3

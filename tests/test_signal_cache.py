@@ -41,7 +41,7 @@ def test_every_cycle_equals_a_full_computation_with_fetches_carried_failed_and_a
         elif 50 <= cycle < 58:  # the fetch failed: its samples are gone until the next good one
             last, carried = [], []
         else:
-            carried = last
+            carried = [last]
         history.add(t, fresh, carried)
         assert cache.compute(history, 30.0) == compute_signals(history, 30.0), f"cycle {cycle}"
 
@@ -50,9 +50,9 @@ def test_kafka_kinds_are_kept_between_fetches_and_computed_again_after_one():
     history, cache = History(), SignalCache()
     fetched = kafka(1)
     history.add(0.0, host(0.0) + fetched)
-    history.add(5.0, host(5.0), fetched)
+    history.add(5.0, host(5.0), [fetched])
     before = cache.compute(history, 30.0)
-    history.add(10.0, host(10.0), fetched)
+    history.add(10.0, host(10.0), [fetched])
     same = cache.compute(history, 30.0)
     assert same["group"] is before["group"] and same["topic"] is before["topic"]
     assert same["host"] is not before["host"]  # host samples change every cycle
@@ -67,5 +67,5 @@ def test_a_series_vanishing_from_the_carried_samples_changes_the_signals():
     fetched = kafka(1)
     history.add(0.0, fetched)
     assert set(cache.compute(history, 30.0)["group"]) == {"g0", "g1", "g2"}
-    history.add(5.0, [], [s for s in fetched if s.labels != (("group", "g2"),)])
+    history.add(5.0, [], [[s for s in fetched if s.labels != (("group", "g2"),)]])
     assert set(cache.compute(history, 30.0)["group"]) == {"g0", "g1"}

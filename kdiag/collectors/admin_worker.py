@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdiag.collectors.kafka_admin import ConfigCache, KafkaAdminError, fetch_admin_state
+from kdiag.collectors.kafka_admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
 from kdiag.kafka_client import ClientSettings, ErrorLog
 from kdiag.worker_process import serve
 
@@ -16,11 +16,13 @@ class AdminSession:
     """One reused AdminClient, a Consumer for log end offsets, the config cache and what librdkafka last said;
     lives in the AdminClient's own process."""
 
-    def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0):
+    def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0,
+                 quiet_groups_interval: float = 0.0):
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self.settings = settings
         self.configs = ConfigCache(configs_interval)
+        self.committed = CommittedCache(quiet_groups_interval)
         self.errors = ErrorLog(settings, bootstrap_servers)
         self._admin: Any = None
         self._consumer: Any = None
@@ -58,7 +60,7 @@ class AdminSession:
         from confluent_kafka import KafkaException
 
         try:
-            state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs)
+            state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed)
         except (KafkaException, TimeoutError) as e:
             admin = self._admin
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
@@ -77,7 +79,8 @@ class AdminSession:
 def start(settings: dict[str, Any]) -> Any:
     """The request handler of one child: its AdminSession answers every fetch."""
     client = ClientSettings(props=settings["props"], given=settings["given"], prefix=settings["prefix"])
-    session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0))
+    session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
+                           settings.get("quiet_groups_interval", 0.0))
 
     def handle(_request: dict[str, Any]) -> dict[str, Any]:
         try:

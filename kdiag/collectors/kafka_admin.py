@@ -148,13 +148,14 @@ def _log_end_offsets(consumer: Any, topics: dict[str, dict], deadline: float) ->
     return out
 
 
-def _groups(admin: Any, topics: dict[str, dict], deadline: float) -> dict[str, dict[str, Any]]:
+def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: CommittedCache) -> dict[str, dict[str, Any]]:
     """State, member count and lag per partition of every consumer group."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     listed = admin.list_consumer_groups(request_timeout=_left(deadline)).result(timeout=_left(deadline))
     states = {g.group_id: getattr(g.state, "name", str(g.state)) for g in listed.valid}
     ids = sorted(states)
+    committed.keep(ids)
     if not ids:
         return {}
     # An Empty group has no members to describe: at 1,000 mostly idle groups that saves most describe calls.
@@ -163,9 +164,12 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float) -> dict[str, d
     # The API takes one group per call, so the calls are issued together and awaited after.
     offsets: dict[str, Future] = {}
     for g in ids:
-        offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)], request_timeout=_left(deadline)))
+        if committed.due(g, states[g]):
+            offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
+                                                             request_timeout=_left(deadline)))
     descriptions = _results(described, deadline)
-    committed = _results(offsets, deadline)
+    for g, answer in _results(offsets, deadline).items():
+        committed.put(g, states[g], answer.topic_partitions)
     ends = {(t, p["partition"]): p["log_end_offset"] for t, d in topics.items() for p in d["partitions"]}
     groups = {}
     for g in ids:
@@ -175,28 +179,27 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float) -> dict[str, d
             state, members = getattr(descriptions[g].state, "name", str(descriptions[g].state)), descriptions[g].members
         else:
             continue
-        tps = committed[g].topic_partitions if g in committed else []
-        groups[g] = {"state": state, "members": len(members), "lag": _lag(tps, ends)}
+        groups[g] = {"state": state, "members": len(members), "lag": _lag(committed.get(g), ends)}
         if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
             # A member beyond the partition count gets an empty assignment and reads nothing.
             groups[g]["idle_members"] = sum(1 for m in members if not (m.assignment and m.assignment.topic_partitions))
     return groups
 
 
-def _lag(committed: list[Any], ends: dict[tuple[str, int], int | None]) -> dict[str, dict[str, int]]:
-    """Lag per topic and partition (string keys, as JSON keeps them), for partitions with a commit."""
-    lag: dict[str, dict[int, int]] = {}
-    # 100,000 committed partitions per fetch at 1,000 groups: each TopicPartition attribute is read once.
-    for tp in committed:
-        offset, topic, partition = tp.offset, tp.topic, tp.partition
-        # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
-        if offset < 0 or (end := ends.get((topic, partition))) is None or tp.error:
+def _lag(committed: list[tuple[str, int, int]], ends: dict[tuple[str, int], int | None]) -> dict[str, dict[str, int]]:
+    """Per topic, the group's lag summed over its committed partitions and the largest partition lag."""
+    lag: dict[str, list[int]] = {}
+    for topic, partition, offset in committed:
+        if (end := ends.get((topic, partition))) is None:
             continue
-        per_topic = lag.get(topic)
-        if per_topic is None:
-            per_topic = lag[topic] = {}
-        per_topic[partition] = end - offset if end > offset else 0
-    return {t: {str(p): n for p, n in sorted(parts.items())} for t, parts in sorted(lag.items())}
+        n = end - offset if end > offset else 0
+        if (totals := lag.get(topic)) is None:
+            lag[topic] = [n, n]
+        else:
+            totals[0] += n
+            if n > totals[1]:
+                totals[1] = n
+    return {t: {"sum": s, "max": m} for t, (s, m) in sorted(lag.items())}
 
 
 class ConfigCache:
@@ -219,7 +222,45 @@ class ConfigCache:
         return self._topics, self._brokers
 
 
-def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None) -> dict[str, Any]:
+class CommittedCache:
+    """Committed offsets per group. An Empty group whose offsets were the same at its last two reads is quiet and read
+    again only every `quiet_interval` seconds; a group with members, or whose offsets moved, is read every fetch."""
+
+    def __init__(self, quiet_interval: float):
+        self.quiet_interval = quiet_interval
+        self._offsets: dict[str, list[tuple[str, int, int]]] = {}
+        self._quiet_since: dict[str, float] = {}  # quiet groups: when their offsets were last read
+
+    def keep(self, groups: list[str]) -> None:
+        """Forget the groups no longer listed."""
+        listed = set(groups)
+        for gone in [g for g in self._offsets if g not in listed]:
+            self._offsets.pop(gone)
+            self._quiet_since.pop(gone, None)
+
+    def due(self, group: str, state: str) -> bool:
+        """Whether the group's offsets must be read in this fetch."""
+        read = self._quiet_since.get(group)
+        return state != "EMPTY" or read is None or time.monotonic() - read >= self.quiet_interval
+
+    def put(self, group: str, state: str, topic_partitions: list[Any]) -> None:
+        """The offsets just read (partitions without a commit or with an error left out)."""
+        # 100,000 committed partitions per fetch at 1,000 groups: each TopicPartition attribute is read once.
+        # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
+        offsets = [(tp.topic, tp.partition, tp.offset) for tp in topic_partitions if tp.offset >= 0 and not tp.error]
+        if state == "EMPTY" and self.quiet_interval > 0 and self._offsets.get(group) == offsets:
+            self._quiet_since[group] = time.monotonic()
+        else:
+            self._quiet_since.pop(group, None)
+        self._offsets[group] = offsets
+
+    def get(self, group: str) -> list[tuple[str, int, int]]:
+        """(topic, partition, offset) of every committed partition of the group; empty when never read."""
+        return self._offsets.get(group, [])
+
+
+def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
+                      committed: CommittedCache | None = None) -> dict[str, Any]:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout."""
     deadline = time.monotonic() + timeout
     state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
@@ -235,7 +276,7 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
         for p in topic["partitions"]:
             p["log_end_offset"] = ends.get((name, p["partition"]))
     state["topics"] = topics
-    state["consumer_groups"] = _groups(admin, topics, deadline)
+    state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0))
     return state
 
 
@@ -248,7 +289,7 @@ class KafkaAdminCollector:
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
                  partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
-                 configs_interval: float = 0.0):
+                 configs_interval: float = 0.0, quiet_groups_interval: float = 0.0):
         self.bootstrap_servers = bootstrap_servers
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
@@ -259,7 +300,9 @@ class KafkaAdminCollector:
         # Created now, started on the first live fetch, so replays never start it.
         self.worker = WorkerProcess("kdiag.collectors.admin_worker", {
             "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
+            "quiet_groups_interval": quiet_groups_interval,
             "props": settings.props, "given": settings.given, "prefix": settings.prefix}, "the AdminClient process")
+        self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
 
     def fetch(self) -> dict[str, Any]:
         """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
@@ -268,12 +311,14 @@ class KafkaAdminCollector:
             answer = self.worker.request({"fetch": True}, self.timeout + 4.0)
         except WorkerError as e:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
+        self.child_cpu_seconds = self.worker.last_cpu_seconds
         if "error" in answer:
             raise KafkaAdminError(answer["error"])
         return answer["state"]
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
+        self.child_cpu_seconds = 0.0
         samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series,
                                            self.partition_series, self.group_series)
         return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]

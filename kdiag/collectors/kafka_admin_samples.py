@@ -12,7 +12,8 @@ from typing import Any
 from kdiag.cardinality import SeriesFilter
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
-VERSION = 1
+# 2: a group's lag per topic as {"sum", "max"} (1: per partition, 100,000 entries at 1,000 groups; still read).
+VERSION = 2
 
 HELP = {
     "kdiag_kafka_cluster_info": "Kafka cluster id seen by the AdminClient (always 1).",
@@ -150,16 +151,20 @@ def _group_samples(group: str, g: dict[str, Any], per_topic: bool) -> list[Sampl
            sample("kdiag_kafka_consumergroup_stable", int(g["state"] == "STABLE"), GAUGE, group=group)]
     if "idle_members" in g:  # only known while the group is stable
         out.append(sample("kdiag_kafka_consumergroup_idle_members", g["idle_members"], GAUGE, group=group))
-    lags = {topic: list(lags.values()) for topic, lags in g["lag"].items()}
+    lags = g["lag"]
     if per_topic:
-        for topic, values in lags.items():
-            out.append(sample("kdiag_kafka_consumergroup_lag", sum(values), GAUGE, group=group, topic=topic))
-            out.append(sample("kdiag_kafka_consumergroup_lag_max", max(values), GAUGE, group=group, topic=topic))
+        for topic, totals in lags.items():
+            out.append(sample("kdiag_kafka_consumergroup_lag", totals["sum"], GAUGE, group=group, topic=topic))
+            out.append(sample("kdiag_kafka_consumergroup_lag_max", totals["max"], GAUGE, group=group, topic=topic))
     elif lags:
-        values = [v for topic_values in lags.values() for v in topic_values]
-        out.append(sample("kdiag_kafka_consumergroup_lag", sum(values), GAUGE, group=group))
-        out.append(sample("kdiag_kafka_consumergroup_lag_max", max(values), GAUGE, group=group))
+        out.append(sample("kdiag_kafka_consumergroup_lag", sum(t["sum"] for t in lags.values()), GAUGE, group=group))
+        out.append(sample("kdiag_kafka_consumergroup_lag_max", max(t["max"] for t in lags.values()), GAUGE, group=group))
     return out
+
+
+def lag_totals(per_partition: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """A version 1 group lag (per topic and partition) as version 2 has it: per topic, sum and max."""
+    return {t: {"sum": sum(parts.values()), "max": max(parts.values())} for t, parts in per_partition.items() if parts}
 
 
 def samples_from_admin_state(state: dict[str, Any], max_partition_series: int = 2000,
@@ -167,8 +172,8 @@ def samples_from_admin_state(state: dict[str, Any], max_partition_series: int = 
                              group_series: SeriesFilter | None = None) -> list[Sample]:
     """Samples of one admin state: per-partition series for the topics partition_series lets through while those
     number at most max_partition_series partitions, per-topic lag for the groups group_series lets through."""
-    if state.get("version") != VERSION:
-        raise ValueError(f"kafka admin state version {state.get('version')!r}, expected {VERSION}")
+    if state.get("version") not in (1, VERSION):
+        raise ValueError(f"kafka admin state version {state.get('version')!r}, expected 1 or {VERSION}")
     partition_series, group_series = partition_series or SeriesFilter(), group_series or SeriesFilter()
     broker_ids = [b["id"] for b in state["brokers"]]
     out = _cluster_samples(state) + _broker_samples(state, broker_ids)
@@ -181,5 +186,7 @@ def samples_from_admin_state(state: dict[str, Any], max_partition_series: int = 
         if name in detailed:
             out += _partition_samples(name, t)
     for group, g in state["consumer_groups"].items():
+        if state["version"] == 1:
+            g = {**g, "lag": lag_totals(g["lag"])}
         out += _group_samples(group, g, group_series.matches(group))
     return out

@@ -55,6 +55,14 @@ def test_golden():
     assert_golden("kafka-admin-lab", samples_from_admin_state(load_state()))
 
 
+def test_version_1_state_reads_as_its_version_2_form():
+    old = load_state()  # captured as version 1: lag per partition
+    new = copy.deepcopy(old) | {"version": 2}
+    for g in new["consumer_groups"].values():
+        g["lag"] = {t: {"sum": sum(parts.values()), "max": max(parts.values())} for t, parts in g["lag"].items()}
+    assert old["version"] == 1 and samples_from_admin_state(new) == samples_from_admin_state(old)
+
+
 def test_fixture_shows_the_skew_and_forced_flush():
     samples = samples_from_admin_state(load_state())
     assert value(samples, "kdiag_kafka_brokers") == 3

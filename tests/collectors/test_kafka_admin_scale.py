@@ -26,10 +26,10 @@ PARTITIONS = 5
 
 
 @contextlib.contextmanager
-def session(bootstrap: str, configs_interval: float = 0.0) -> Iterator[AdminSession]:
+def session(bootstrap: str, configs_interval: float = 0.0, quiet_groups_interval: float = 0.0) -> Iterator[AdminSession]:
     """An AdminSession closed before the test deletes its topics (librdkafka #5093: no live clients through a
     deletion)."""
-    s = AdminSession(bootstrap, 10.0, ClientSettings(), configs_interval)
+    s = AdminSession(bootstrap, 10.0, ClientSettings(), configs_interval, quiet_groups_interval)
     try:
         yield s
     finally:
@@ -97,7 +97,40 @@ def test_empty_group_lag_without_describing_it(topics):
         state = c.fetch()
     group = state["consumer_groups"][topics["group"]]
     assert group["state"] == "EMPTY" and group["members"] == 0 and "idle_members" not in group
-    assert group["lag"][topics["keep"]] == {str(p): p + 1 for p in range(PARTITIONS)}
+    assert group["lag"][topics["keep"]] == {"sum": 15, "max": 5}  # partition p has p + 1 messages, all unread
+
+
+@pytest.mark.kafka
+def test_quiet_group_is_read_again_only_after_quiet_groups_interval(topics):
+    keep, group, bootstrap = topics["keep"], topics["group"], topics["bootstrap"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with session(bootstrap, quiet_groups_interval=3600) as c:
+        wait_until(lambda: ends(c.fetch(), keep) == [1, 2, 3, 4, 5], 30, "every partition's log end offset")
+        c.fetch()  # the Empty group's offsets, read twice the same: it is quiet from now on
+        moved = ConsumerGroupTopicPartitions(group, [TopicPartition(keep, p, 1) for p in range(PARTITIONS)])
+        admin.alter_consumer_group_offsets([moved], request_timeout=30)[group].result(timeout=60)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        producer.produce(keep, value=b"x", partition=0)
+        assert producer.flush(60) == 0
+        # Its lag still follows the log end offsets, from the offsets read before the commit.
+        state = wait_until(lambda: state if ends(state := c.fetch(), keep)[0] == 2 else None, 30, "the new message")
+        assert state["consumer_groups"][group]["lag"][keep] == {"sum": 16, "max": 5}
+        c.committed.quiet_interval = 0  # the interval is over: the commit shows at the next fetch
+        assert c.fetch()["consumer_groups"][group]["lag"][keep] == {"sum": 11, "max": 4}
+
+
+def test_committed_cache_reads_moving_and_active_groups_every_fetch():
+    cache = kafka_admin.CommittedCache(300.0)
+    for offset in (0, 1, 2):  # an Empty group committing from outside (assign mode): read each time
+        assert cache.due("flink", "EMPTY")
+        cache.put("flink", "EMPTY", [TopicPartition("t", 0, offset)])
+    cache.put("flink", "EMPTY", [TopicPartition("t", 0, 2)])
+    assert not cache.due("flink", "EMPTY")  # the same twice: quiet
+    assert cache.due("flink", "STABLE")  # a member joined: read every fetch
+    cache.put("never", "EMPTY", [TopicPartition("t", 0, -1001)])  # never committed: no offset kept
+    assert cache.get("never") == [] and cache.get("flink") == [("t", 0, 2)]
+    cache.keep(["never"])
+    assert cache.get("flink") == [] and cache.due("flink", "EMPTY")
 
 
 @pytest.mark.kafka
@@ -109,6 +142,7 @@ def test_series_filters_over_real_topics_and_groups(topics):
         samples = c.collect(Root())
     finally:
         c.close()
+    assert c.child_cpu_seconds > 0  # the AdminClient process says what the fetch cost it
     partition_topics = {dict(s.labels)["topic"] for s in samples if s.name == "kdiag_kafka_partition_leader"}
     assert keep in partition_topics and drop not in partition_topics
     offsets = {dict(s.labels)["topic"]: s.value for s in samples if s.name == "kdiag_kafka_topic_log_end_offset_total"}
