@@ -43,7 +43,6 @@ class _Worker:
     def __init__(self):
         self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
         self._running = threading.Event()
-        self.cpu = 0.0  # this thread's CPU seconds in the last run
         threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
 
     def _serve(self) -> None:
@@ -54,9 +53,8 @@ class _Worker:
                 result: tuple[str, Any] = ("samples", collector.collect(root))
             except Exception as e:
                 result = ("error", e)
-            self.cpu = time.thread_time() - start
             self._running.clear()  # before answering: the next run must never find it busy
-            answer.put(result)
+            answer.put((*result, time.thread_time() - start))
 
     def busy(self) -> bool:
         """Whether a run that timed out is still going."""
@@ -66,18 +64,19 @@ class _Worker:
         """End the thread once its current run is over."""
         self._jobs.put(None)
 
-    def run(self, collector: Collector, root: Root, timeout: float) -> list[Sample]:
-        """The collector's samples within timeout; CollectorTimeout past it (the run goes on, busy() says so)."""
+    def run(self, collector: Collector, root: Root, timeout: float) -> tuple[list[Sample], float]:
+        """The collector's samples within timeout and this thread's CPU seconds for them; CollectorTimeout past it
+        (the run goes on, busy() says so)."""
         answer: queue.SimpleQueue = queue.SimpleQueue()
         self._running.set()
         self._jobs.put((collector, root, answer))
         try:
-            kind, value = answer.get(timeout=timeout)
+            kind, value, cpu = answer.get(timeout=timeout)
         except queue.Empty:
             raise CollectorTimeout(f"timed out after {timeout:g}s") from None
         if kind == "error":
             raise value
-        return value
+        return value, cpu
 
 
 class CollectorSet:
@@ -105,9 +104,9 @@ class CollectorSet:
         samples: list[Sample] = []
         for c in self.collectors:
             health = self.health[c.name]
-            start, cpu = time.perf_counter(), time.thread_time()
+            start = time.perf_counter()
             try:
-                got = self._collect(c, root)
+                got, cpu = self._collect(c, root)
             except Exception as e:  # any failure of one source only degrades that source
                 health.duration = time.perf_counter() - start
                 message = str(e) if isinstance(e, CollectorTimeout) else f"{type(e).__name__}: {e}"
@@ -116,16 +115,16 @@ class CollectorSet:
                 health.success, health.error = False, message
                 continue
             health.duration = time.perf_counter() - start
-            # With a timeout the run was in the worker thread, which measured itself.
-            own = time.thread_time() - cpu if self.timeout is None else self._worker.cpu if self._worker else 0.0
-            health.cpu = own + getattr(c, "child_cpu_seconds", 0.0)
+            health.cpu = cpu + getattr(c, "child_cpu_seconds", 0.0)
             health.success, health.error, health.last_success = True, "", root.now()
             samples.extend(got)
         return samples
 
-    def _collect(self, c: Collector, root: Root) -> list[Sample]:
+    def _collect(self, c: Collector, root: Root) -> tuple[list[Sample], float]:
+        """The collector's samples and the CPU seconds of the thread that ran it."""
         if self.timeout is None:
-            return c.collect(root)
+            start = time.thread_time()
+            return c.collect(root), time.thread_time() - start
         hung = self._hung.get(c.name)
         if hung is not None:
             if hung.busy():

@@ -146,8 +146,8 @@ def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str,
     os.dup2(2, 1)
     handle = start(json.loads(sys.stdin.readline() or "{}"))
     for line in sys.stdin:
-        start = time.process_time()
+        began = time.process_time()
         answer = handle(json.loads(line))
         # Every thread of this process counts (librdkafka's too): what the request cost the host.
-        out.write(_line({**answer, CPU_KEY: time.process_time() - start}))
+        out.write(_line({**answer, CPU_KEY: time.process_time() - began}))
         out.flush()

@@ -149,7 +149,7 @@ def _log_end_offsets(consumer: Any, topics: dict[str, dict], deadline: float) ->
 
 
 def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: CommittedCache) -> dict[str, dict[str, Any]]:
-    """State, member count and lag per partition of every consumer group."""
+    """State, member count and lag (per topic: sum and largest partition) of every consumer group."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     listed = admin.list_consumer_groups(request_timeout=_left(deadline)).result(timeout=_left(deadline))
