@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 SESSION_TIMEOUT_MS = 6000  # the brokers' default group.min.session.timeout.ms: the shortest they allow
 HEARTBEAT_INTERVAL_MS = 1000
-DESCRIBE_EVERY = 1.0  # seconds between looks at who holds partition 0
+DESCRIBE_EVERY = 2.0  # seconds between looks at who holds partition 0 (a third of the session timeout)
 # A look slower than this is a failed look (the session timeout judges); it also bounds how long a stop waits for
 # the thread to close the consumer, whose LeaveGroup hands partition 0 over at once.
 DESCRIBE_TIMEOUT = 3.0
@@ -165,9 +165,9 @@ class Coordinator:
         next_look = 0.0
         while not self._stop.is_set():
             if self._consumer is not None:
-                self._consumer.poll(0.2)  # heartbeats and rebalances run inside poll; no message is ever read
+                self._consumer.poll(0.5)  # heartbeats and rebalances run inside poll; no message is ever read
             else:
-                self._stop.wait(0.2)
+                self._stop.wait(0.5)
             if time.monotonic() >= next_look:
                 next_look = time.monotonic() + DESCRIBE_EVERY
                 try:

@@ -50,9 +50,9 @@ log = logging.getLogger(__name__)
 # After SIGTERM/SIGINT, whatever still hangs (a collector thread, a Kafka client) gets this long before os._exit.
 SHUTDOWN_GRACE_SECONDS = 5.0
 # An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next,
-# and one costing c CPU seconds (its child process's included) at least c / CPU_BUDGET: half a percent of one core.
+# and one costing c CPU seconds (its child process's included) at least c / CPU_BUDGET: a quarter percent of one core.
 STRETCH = 20.0
-CPU_BUDGET = 0.005
+CPU_BUDGET = 0.0025
 # 4 x 15 s keeps two fetches inside the 120 s over which lag growth is measured.
 MAX_STRETCH = 4.0
 # Config keys a reload applies; the others need a restart.
@@ -271,9 +271,9 @@ class Daemon:
         if self.pusher:
             self.pusher.offer(state)
 
-    def _extra(self) -> tuple[list[Sample], list[list[Sample]], dict[str, Health]]:
-        """Samples gathered off the cycle: new ones, batches an earlier cycle already added (carried), and health."""
-        samples: list[Sample] = []
+    def _extra(self) -> tuple[list[list[Sample]], list[list[Sample]], dict[str, Health]]:
+        """Samples gathered off the cycle: new lists, batches an earlier cycle already added (carried), and health."""
+        samples: list[list[Sample]] = []
         carried: list[list[Sample]] = []
         health: dict[str, Health] = {}
         for background in self.background:
@@ -282,13 +282,13 @@ class Daemon:
             if got is self._handed.get(id(background)):
                 carried.append(got)
             else:
-                samples += got
+                samples.append(got)
                 self._handed[id(background)] = got
             health.update(h)
         if self.probe:
             # The probe runs in its own threads; here it only hands over its counters.
             ok, error = self.probe.health()
-            samples += self.probe.samples()
+            samples.append(self.probe.samples())
             if ok:
                 self._probe_last_ok = self._live_root.now()
             health["probe"] = Health(ok, 0.0, self._probe_last_ok, error)
@@ -342,7 +342,7 @@ class Daemon:
 
     def _watchdog(self) -> None:
         while not self._stop:
-            time.sleep(0.2)
+            time.sleep(1.0)
         time.sleep(SHUTDOWN_GRACE_SECONDS)
         # Logging could wait on a lock a hung thread holds: write the line directly.
         os.write(2, f"kdiag: still stopping after {SHUTDOWN_GRACE_SECONDS:g}s (something hangs): exiting now\n".encode())

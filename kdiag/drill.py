@@ -97,7 +97,7 @@ class Monitor:
             start = time.monotonic()
             probe = self.probe
             try:
-                state = self.pipeline.step(root, probe.samples() if probe else None)
+                state = self.pipeline.step(root, [probe.samples()] if probe else None)
             except Exception as e:  # one failed step must not end the watch
                 log.warning("drill monitor step failed: %s", e)
             else:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import Metric
 
 from kdiag import __version__
-from kdiag.cardinality import DROPPED, DROPPED_HELP, cap_kafka_series
+from kdiag.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 from kdiag.scope import diagnosis_labels, explains_labels, exported, with_cluster
@@ -53,28 +53,47 @@ class _Families:
         return self.families
 
 
+def group_families(samples: list[Sample]) -> dict[str, list[Sample]]:
+    """Samples by family (a histogram's _bucket, _sum and _count series together), in order of first appearance."""
+    grouped: dict[str, list[Sample]] = {}
+    for s in samples:
+        grouped.setdefault(histogram_family(s.name) if s.kind == HISTOGRAM else s.name, []).append(s)
+    return grouped
+
+
 class FamilyCache:
     """Each sample family's exposition text, rendered again only when its samples or help change.
 
-    Kafka's thousands of series change once per fetch (15 s or more), not every cycle: they are not re-rendered.
+    Kafka's thousands of series change once per fetch (15 s or more), not every cycle: a carried batch (the same list
+    cycle after cycle) is grouped once, and its families are not rendered again.
     """
 
     def __init__(self) -> None:
         self._rendered: dict[str, tuple[tuple, bytes]] = {}
+        self._grouped: list[tuple[list[Sample], dict[str, list[Sample]]]] = []
 
-    def render(self, samples: list[Sample], help_text: dict[str, str], cluster: str = "") -> bytes:
-        """The exposition of every family of samples, in the samples' order, Kafka's with the `cluster` label."""
-        grouped: dict[str, list[Sample]] = {}
-        for s in samples:
-            grouped.setdefault(histogram_family(s.name) if s.kind == HISTOGRAM else s.name, []).append(s)
+    def groups(self, sources: list[list[Sample]]) -> list[dict[str, list[Sample]]]:
+        """Each source's samples by family; a source seen at the last call (the same list) is not grouped again."""
+        grouped = [(source, next((g for s, g in self._grouped if s is source), None) or group_families(source))
+                   for source in sources]
+        self._grouped = grouped
+        return [g for _, g in grouped]
+
+    def render(self, sources: list[list[Sample]], help_text: dict[str, str], cluster: str = "") -> bytes:
+        """The exposition of every family of the sources' samples, in their order, Kafka's with the `cluster` label."""
+        parts: dict[str, list[list[Sample]]] = {}
+        for groups in self.groups(sources):
+            for family, members in groups.items():
+                parts.setdefault(family, []).append(members)
         rendered = {}
-        for family, members in grouped.items():
-            # Carried samples are the same objects cycle after cycle: comparing them costs an identity check each.
-            key = (tuple(members), help_text.get(family, family), cluster)
+        for family, lists in parts.items():
+            # A carried family is the same list cycle after cycle: comparing it costs an identity check.
+            key = (lists, help_text.get(family, family), cluster)
             previous = self._rendered.get(family)
             if previous and previous[0] == key:
                 rendered[family] = previous
                 continue
+            members = [s for m in lists for s in m]
             fam = _family(family, exposition_type(members[0]), key[1])
             for s in with_cluster(members, cluster):
                 fam.add_sample(s.name, dict(s.labels), s.value)
@@ -151,7 +170,7 @@ def failing_lines(state: State) -> bytes:
 def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
                    dropped_total: float = 0.0) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
-    samples = (cache or FamilyCache()).render(state.samples, help_text, state.cluster)
+    samples = (cache or FamilyCache()).render(state.sources or [state.samples], help_text, state.cluster)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StateCollector(state, dropped_total))
     ProcessCollector(registry=registry)
@@ -177,12 +196,16 @@ class Published:
 
     def publish(self, state: State, help_text: dict[str, str]) -> None:
         """Render a new state once (at most max_kafka_series Kafka series); scrapes then serve it as it is."""
-        samples, dropped = cap_kafka_series(state.samples, self.max_kafka_series)
-        if dropped and self.dropped_total == 0:
-            log.warning("kafka.max_series: %d Kafka series over the cap of %d are left out of /metrics "
-                        "(kdiag_series_dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
-        self.dropped_total += dropped
-        metrics = render_metrics(dataclasses.replace(state, samples=samples), help_text, self._families, self.dropped_total)
+        kafka = sum(len(members) for groups in self._families.groups(state.sources or [state.samples])
+                    for family, members in groups.items() if family.startswith(KAFKA_PREFIX))
+        if kafka > self.max_kafka_series:
+            samples, dropped = cap_kafka_series(state.samples, self.max_kafka_series)
+            if self.dropped_total == 0:
+                log.warning("kafka.max_series: %d Kafka series over the cap of %d are left out of /metrics (kdiag_series_"
+                            "dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
+            self.dropped_total += dropped
+            state = dataclasses.replace(state, samples=samples, sources=[samples])
+        metrics = render_metrics(state, help_text, self._families, self.dropped_total)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
         self.failing = failing_lines(state)

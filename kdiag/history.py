@@ -19,13 +19,15 @@ class History:
         self.retention = retention
         self._points: dict[Key, deque[tuple[float, float]]] = {}
         self._kinds: dict[Key, str] = {}
-        # Per carried batch (a list of samples fetched earlier, already added; id -> (list, key -> sample)): a carried
-        # series is present without a new point, so rates over Kafka's fetches see real steps, not a staircase of
-        # repeated values. A batch is carried cycle after cycle as the same list: its keys are made once.
-        self._batches: dict[int, tuple[list[Sample], dict[Key, Sample]]] = {}
+        # Per carried batch (a list of samples fetched earlier, already added), its keys: a batch is carried cycle after
+        # cycle as the same list, so its keys are made once. A carried series is present without a new point, so rates
+        # over Kafka's fetches see real steps, not a staircase of repeated values.
+        self._batches: list[tuple[list[Sample], dict[Key, Sample]]] = []
+        self._fresh: set[Key] = set()  # the series of the latest snapshot's own samples
+        self._carried: set[Key] = set()  # the series of the batches it carried (made again only when those change)
+        self._gone: set[Key] = set()  # carried series whose points aged out: absent until the next add gives one
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
-        self._present: set[Key] = set()
         self._appended: deque[tuple[float, list[Key]]] = deque()  # per add, the series that got a point
         # Per name, a number that moves whenever its series do (a point added or dropped, a series appearing or
         # vanishing): signals read from names that did not move are the same (kdiag.subject_kinds.SignalCache).
@@ -36,26 +38,38 @@ class History:
     def add(self, t: float, samples: Iterable[Sample], carried: Iterable[list[Sample]] = ()) -> None:
         """Append one snapshot taken at time t, mark the carried batches' samples present (a point only for a series
         it does not hold), and drop what is older than the retention."""
-        present: set[Key] = set()
         appended: list[Key] = []
+        fresh: set[Key] = set()
         for s in samples:
             key = (s.name, s.labels)
             self._append(t, key, s, appended)
-            present.add(key)
+            fresh.add(key)
+        before = (self._fresh, self._carried)
         points = self._points
-        batches = {}
+        batches = []
         for batch in carried:
-            known = self._batches.get(id(batch))
-            if known is None or known[0] is not batch:
+            known = next((b for b in self._batches if b[0] is batch), None)
+            if known is None:
                 known = (batch, {(s.name, s.labels): s for s in batch})
-            batches[id(batch)] = known
-            present.update(known[1])
-            for key in known[1].keys() - points.keys():
-                self._append(t, key, known[1][key], appended)
+                for key, s in known[1].items():
+                    if key not in points:  # a batch this history never had as fresh samples
+                        self._append(t, key, s, appended)
+            batches.append(known)
+        # ids compare identity: the batches of the last add are still held, so no new list can share an id with one.
+        if [id(b) for b, _ in batches] != [id(b) for b, _ in self._batches]:
+            self._carried = set().union(*(keys for _, keys in batches))
         self._batches = batches
-        changed = {key[0] for key in appended}
-        changed.update(key[0] for key in present.symmetric_difference(self._present))
-        self._present = present
+        self._fresh = fresh
+        # A fetch's samples come fresh once, then carried: only a series in neither before, or in neither now, moved.
+        moved = fresh.symmetric_difference(before[0])
+        if self._carried is not before[1]:
+            moved |= self._carried.symmetric_difference(before[1])
+        changed = {key[0] for key in moved if (key in before[0] or key in before[1]) != (key in fresh or key in self._carried)}
+        for key in self._gone & self._carried:
+            if key not in points:
+                self._append(t, key, next(keys[key] for _, keys in batches if key in keys), appended)
+        self._gone = set()
+        changed.update(key[0] for key in appended)
         self._appended.append((t, appended))
         self.latest_time = t
         # Points leave in the order they came: only the series that got a point at a time now too old are touched,
@@ -69,9 +83,13 @@ class History:
                 if not kept:
                     del points[key], self._kinds[key]
                     self._by_name[key[0]].pop(key, None)
-                    present.discard(key)  # a carried series with no point left is absent until it gets one
+                    self._gone.add(key)
         for name in changed:
             self.versions[name] = self.versions.get(name, 0) + 1
+
+    def _present(self, key: Key) -> bool:
+        # Its points are gone once they aged out; until the next add gives it one, it is absent.
+        return (key in self._fresh or key in self._carried) and key in self._points
 
     def read_names(self) -> set[str]:
         """Start noting the names read (series, recent_series, latest, rate) into the returned set, until stop_reading."""
@@ -99,8 +117,9 @@ class History:
     def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
         self.note_read(name)
+        fresh, carried = self._fresh, self._carried
         for key in self._by_name.get(name, ()):
-            if key in self._present:
+            if key in fresh or key in carried:
                 yield dict(key[1]), self._points[key], self._kinds[key]
 
     def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
@@ -113,15 +132,13 @@ class History:
         """Latest value of one series, or None when it is absent from the latest snapshot."""
         self.note_read(name)
         key = (name, tuple(sorted(labels.items())))
-        if key not in self._present:
-            return None
-        return self._points[key][-1][1]
+        return self._points[key][-1][1] if self._present(key) else None
 
     def rate(self, name: str, window: float, **labels: str) -> float | None:
         """Per-second increase of one counter over the last `window` seconds, or None without two points."""
         self.note_read(name)
         key = (name, tuple(sorted(labels.items())))
-        if key not in self._present:
+        if not self._present(key):
             return None
         return window_rate(self._points[key], window, self._kinds[key])
 

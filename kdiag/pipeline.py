@@ -159,6 +159,9 @@ class State:
     cluster: str = ""  # the `cluster` label (kdiag.scope.cluster_of); empty while unknown
     local_broker: int | None = None
     reporting: Reporting = field(default_factory=Reporting)  # set by the daemon from its coordinator
+    # The lists samples was joined from, in order (a carried batch is the same list while its job did not run again):
+    # the exporter renders each once. Empty: samples is the only one.
+    sources: list[list[Sample]] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The contract shape of `kdiag diagnose --format json` and /api/diagnoses (plus scope fields)."""
@@ -206,12 +209,14 @@ class Pipeline:
                              for key, d in self.engine.active.items() if key[0] in by_id}
             self.engine = engine
 
-    def step(self, root: Root, extra: list[Sample] | None = None,
+    def step(self, root: Root, extra: list[list[Sample]] | None = None,
              extra_health: dict[str, Health] | None = None, carried: list[list[Sample]] | None = None) -> State:
-        """Collect at root.now() (plus samples gathered elsewhere, and batches of carried ones an earlier step already
-        added), then derive signals and diagnoses."""
+        """Collect at root.now() (plus lists of samples gathered elsewhere, and batches of carried ones an earlier step
+        already added), then derive signals and diagnoses."""
         t = root.now()
-        fresh = self.collectors.run(root) + list(extra or [])
+        new = [self.collectors.run(root), *(extra or ())]
+        fresh = [s for source in new for s in source]
+        sources = [*new, *(carried or ())]
         samples = fresh + [s for batch in carried or () for s in batch]
         self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
         with self._lock:
@@ -227,4 +232,4 @@ class Pipeline:
             resolved = self.engine.resolved
         health = {**self.collectors.health, **(extra_health or {})}
         return State(self.host, t, samples, {k: Health(**vars(v)) for k, v in health.items()}, signals,
-                     diagnoses, resolved, self.cluster, self.local_broker)
+                     diagnoses, resolved, self.cluster, self.local_broker, sources=sources)
