@@ -87,8 +87,8 @@ def jmx_collector(config: Config) -> Collector:
     from kdiag.collectors.jmx_auth import JmxAuth
     from kdiag.collectors.kafka_jmx import KafkaJmxCollector
 
-    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout, classpath=config.kafka.jmx_classpath or None,
-                             auth=JmxAuth.from_config(config.kafka))
+    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout, config.kafka.jmx_interval,
+                             classpath=config.kafka.jmx_classpath or None, auth=JmxAuth.from_config(config.kafka))
 
 
 KAFKA_SOURCES = {"admin": admin_collector, "jmx": jmx_collector}
@@ -155,6 +155,10 @@ class Background:
         start = time.monotonic()
         if self.adaptive and start < self._next:
             return
+        if not any(getattr(c, "ready", lambda: True)() for c in self.collectors.collectors):
+            with self._lock:  # nothing new to collect (no JmxTool row since): the job is alive, its samples stay
+                self._at = start
+            return
         samples = self.collectors.run(self.root)
         self._runs += 1
         # A fetch that takes long or costs much (tens of thousands of partitions, a thousand groups) spaces out the
@@ -197,8 +201,9 @@ class Daemon:
                                        config.collector_timeout)
         self.background: list[Background] = []
         if not recording:
-            # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle.
-            every = {"admin": config.kafka.interval, "jmx": config.kafka.jmx_interval}
+            # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle. JmxTool
+            # polls every kafka.jmx_interval by itself; its job looks each cycle whether a row came (ready()).
+            every = {"admin": config.kafka.interval, "jmx": config.interval}
             for source, collector in kafka_collectors(config).items():
                 self.background.append(Background([collector], live_root, every[source], kafka_deadline(config),
                                                   adaptive=source == "admin"))
@@ -320,7 +325,7 @@ class Daemon:
             if self._reload:
                 self._reload = False
                 self.reload()
-            time.sleep(0.2)
+            time.sleep(0.5)
         self.scheduler.shutdown(wait=False)
         if self.coordinator:
             self.coordinator.stop()  # leaves the group: another daemon takes the cluster-scope diagnoses over at once

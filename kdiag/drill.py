@@ -78,7 +78,7 @@ class Monitor:
                 StatCollector()]
         kafka = kafka_collectors(config)
         if "jmx" in kafka:
-            # The daemon's 10 s JMX poll leaves one row in a 10 s window: rates read 0 and restart the rules' `for`.
+            # The daemon's JMX poll (kafka.jmx_interval, 30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
             kafka["jmx"].poll_interval = JMX_POLL_SECONDS
         collectors = CollectorSet(host + list(kafka.values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)

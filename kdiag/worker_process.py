@@ -1,4 +1,5 @@
-"""A Python child process answering one JSON request per line: work whose library can crash is done there.
+"""A Python child process answering requests (one JSON line each) with one marshal frame each: work whose library
+can crash is done there. marshal writes a 10,000-partition admin state in 4 ms, json in 36 ms.
 
 librdkafka 2.16's AdminClient dereferences a NULL consumer group (segfault in rd_kafka_cgrp_op) when an
 OffsetFetch answer asks for a coordinator refresh, e.g. NOT_COORDINATOR while a broker restarts. In-process
@@ -10,11 +11,14 @@ when its stdin closes, so it never outlives kdiag.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
+import marshal
 import os
 import select
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -23,7 +27,8 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
-CPU_KEY = "cpu_seconds"  # added to every answer by the child: the CPU its request cost
+# Before an answer's marshal bytes: their length, and the CPU seconds the request cost the child (all its threads).
+FRAME_HEADER = struct.Struct("!Qd")
 
 
 class WorkerError(Exception):
@@ -81,13 +86,12 @@ class WorkerProcess:
                 process.stdin.flush()
             except OSError:
                 pass  # it died: reading says how
-            line = _read_line(process.stdout, time.monotonic() + timeout)
-            if line:
-                answer = json.loads(line)
-                self.last_cpu_seconds = answer.pop(CPU_KEY, 0.0)
+            frame = _read_answer(process.stdout, time.monotonic() + timeout)
+            if frame:
+                self.last_cpu_seconds, answer = frame
                 return answer
             self._process = None  # said once here, not again on the next request
-            if line is None:
+            if frame is None:
                 self._kill(process)
                 raise WorkerError(f"{self.what} did not answer within {timeout:g}s: stopped it, a new one starts next time")
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -121,20 +125,34 @@ def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-def _read_line(stream: BinaryIO, deadline: float) -> str | None:
-    """One line from a child's stdout before deadline (monotonic); '' at EOF, None when time runs out."""
-    fd = stream.fileno()
+def _read_exactly(fd: int, size: int, deadline: float) -> bytes | None:
+    """size bytes from fd before deadline (monotonic), fewer at EOF; None when time runs out."""
     chunks: list[bytes] = []
-    while True:
+    while size > 0:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             return None
-        chunk = os.read(fd, 1 << 20)
+        chunk = os.read(fd, min(size, 1 << 20))
         if not chunk:
-            return ""
+            break
         chunks.append(chunk)
-        if chunk.endswith(b"\n"):
-            return b"".join(chunks).decode("utf-8")
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_answer(stream: BinaryIO, deadline: float) -> tuple[float, dict[str, Any]] | str | None:
+    """(CPU seconds, answer) of one frame from a child's stdout before deadline; '' at EOF, None when time runs out."""
+    fd = stream.fileno()
+    header = _read_exactly(fd, FRAME_HEADER.size, deadline)
+    if header is None:
+        return None
+    if len(header) < FRAME_HEADER.size:
+        return ""  # it exited
+    size, cpu = FRAME_HEADER.unpack(header)
+    body = _read_exactly(fd, size, deadline)
+    if body is None:
+        return None
+    return (cpu, marshal.loads(body)) if len(body) == size else ""
 
 
 def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str, Any]]]) -> None:
@@ -145,9 +163,13 @@ def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str,
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     handle = start(json.loads(sys.stdin.readline() or "{}"))
+    # A request allocates ~10^5 objects (a 10,000-partition state): collections during it cost 40% of its CPU. One
+    # collection per request, once its answer is gone, frees what it left in cycles (failed futures' tracebacks).
+    gc.disable()
     for line in sys.stdin:
         began = time.process_time()
-        answer = handle(json.loads(line))
+        body = marshal.dumps(handle(json.loads(line)))
+        gc.collect()
         # Every thread of this process counts (librdkafka's too): what the request cost the host.
-        out.write(_line({**answer, CPU_KEY: time.process_time() - began}))
+        out.write(FRAME_HEADER.pack(len(body), time.process_time() - began) + body)
         out.flush()

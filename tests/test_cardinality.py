@@ -225,6 +225,18 @@ class SlowCollector:
         return [sample("kdiag_slow", self.runs)]
 
 
+def test_a_background_collector_with_nothing_new_is_not_run_and_its_samples_stay():
+    slow = SlowCollector(0.0)
+    slow.ready = lambda: slow.runs == 0  # news only before its first run, as a JmxTool reader before its next row
+    background = Background([slow], Root(), every=1.0, timeout=10.0)
+    background.run()
+    first = background.latest()[0]
+    background._at -= 2 * 1.0 + 10.0 + 1  # as old as a stale job's
+    background.run()
+    assert slow.runs == 1 and background.latest()[0] is first  # the same list: carried, not added again
+    assert background.collectors.health["slow"].success
+
+
 @pytest.mark.parametrize("timeout", [10.0, None])
 def test_a_costly_background_run_stretches_the_period_by_its_cpu(timeout):
     costly = SlowCollector(0.0)

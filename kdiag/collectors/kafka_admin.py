@@ -170,7 +170,7 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: Com
     descriptions = _results(described, deadline)
     for g, answer in _results(offsets, deadline).items():
         committed.put(g, states[g], answer.topic_partitions)
-    ends = {(t, p["partition"]): p["log_end_offset"] for t, d in topics.items() for p in d["partitions"]}
+    ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
     groups = {}
     for g in ids:
         if states[g] == "EMPTY":
@@ -186,20 +186,23 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: Com
     return groups
 
 
-def _lag(committed: list[tuple[str, int, int]], ends: dict[tuple[str, int], int | None]) -> dict[str, dict[str, int]]:
+def _lag(committed: dict[str, list[tuple[int, int]]], ends: dict[str, dict[int, int | None]]) -> dict[str, dict[str, int]]:
     """Per topic, the group's lag summed over its committed partitions and the largest partition lag."""
-    lag: dict[str, list[int]] = {}
-    for topic, partition, offset in committed:
-        if (end := ends.get((topic, partition))) is None:
-            continue
-        n = end - offset if end > offset else 0
-        if (totals := lag.get(topic)) is None:
-            lag[topic] = [n, n]
-        else:
-            totals[0] += n
-            if n > totals[1]:
-                totals[1] = n
-    return {t: {"sum": s, "max": m} for t, (s, m) in sorted(lag.items())}
+    lag = {}
+    for topic, offsets in sorted(committed.items()):
+        topic_ends = ends.get(topic, {})
+        total = largest = 0
+        known = False
+        for partition, offset in offsets:
+            if (end := topic_ends.get(partition)) is None:
+                continue
+            known = True
+            if end > offset:
+                total += end - offset
+                largest = max(largest, end - offset)
+        if known:
+            lag[topic] = {"sum": total, "max": largest}
+    return lag
 
 
 class ConfigCache:
@@ -228,7 +231,7 @@ class CommittedCache:
 
     def __init__(self, quiet_interval: float):
         self.quiet_interval = quiet_interval
-        self._offsets: dict[str, list[tuple[str, int, int]]] = {}
+        self._offsets: dict[str, dict[str, list[tuple[int, int]]]] = {}  # group -> topic -> (partition, offset)
         self._quiet_since: dict[str, float] = {}  # quiet groups: when their offsets were last read
 
     def keep(self, groups: list[str]) -> None:
@@ -247,16 +250,19 @@ class CommittedCache:
         """The offsets just read (partitions without a commit or with an error left out)."""
         # 100,000 committed partitions per fetch at 1,000 groups: each TopicPartition attribute is read once.
         # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
-        offsets = [(tp.topic, tp.partition, tp.offset) for tp in topic_partitions if tp.offset >= 0 and not tp.error]
+        offsets: dict[str, list[tuple[int, int]]] = {}
+        for tp in topic_partitions:
+            if (offset := tp.offset) >= 0 and not tp.error:
+                offsets.setdefault(tp.topic, []).append((tp.partition, offset))
         if state == "EMPTY" and self.quiet_interval > 0 and self._offsets.get(group) == offsets:
             self._quiet_since[group] = time.monotonic()
         else:
             self._quiet_since.pop(group, None)
         self._offsets[group] = offsets
 
-    def get(self, group: str) -> list[tuple[str, int, int]]:
-        """(topic, partition, offset) of every committed partition of the group; empty when never read."""
-        return self._offsets.get(group, [])
+    def get(self, group: str) -> dict[str, list[tuple[int, int]]]:
+        """Per topic, (partition, offset) of every committed partition of the group; empty when never read."""
+        return self._offsets.get(group, {})
 
 
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,

@@ -33,7 +33,7 @@ def dead(pid: int) -> bool:
 def waiting_for_an_answer() -> bool:
     """Whether some thread is reading a worker's answer."""
     frames = sys._current_frames().values()
-    return any(f.f_code.co_name == "_read_line" for frame in frames for f in _stack(frame))
+    return any(f.f_code.co_name == "_read_exactly" for frame in frames for f in _stack(frame))
 
 
 def _stack(frame):

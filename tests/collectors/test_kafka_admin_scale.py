@@ -128,9 +128,15 @@ def test_committed_cache_reads_moving_and_active_groups_every_fetch():
     assert not cache.due("flink", "EMPTY")  # the same twice: quiet
     assert cache.due("flink", "STABLE")  # a member joined: read every fetch
     cache.put("never", "EMPTY", [TopicPartition("t", 0, -1001)])  # never committed: no offset kept
-    assert cache.get("never") == [] and cache.get("flink") == [("t", 0, 2)]
+    assert cache.get("never") == {} and cache.get("flink") == {"t": [(0, 2)]}
     cache.keep(["never"])
-    assert cache.get("flink") == [] and cache.due("flink", "EMPTY")
+    assert cache.get("flink") == {} and cache.due("flink", "EMPTY")
+
+
+def test_lag_per_topic_sums_and_tops_partitions_with_a_known_end():
+    committed = {"a": [(0, 5), (1, 9), (2, 3)], "b": [(0, 1)], "c": [(0, 0)]}
+    ends = {"a": {0: 8, 1: 7, 2: None}, "b": {0: None}}  # a's 1 ahead of its end (a reset log): 0, not negative
+    assert kafka_admin._lag(committed, ends) == {"a": {"sum": 3, "max": 3}}
 
 
 @pytest.mark.kafka

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 from golden import FIXTURES, assert_golden
+from waiting import wait_until
 
 from kdiag.collectors.kafka_jmx import KafkaJmxCollector, canonical, jmx_url, parse_row, samples_from_jmx_state
 from kdiag.lab import read_lab
@@ -92,6 +93,22 @@ def test_live_values_for_every_broker(lab_collector):
     for name in ("kdiag_kafka_request_handler_idle_ratio", "kdiag_kafka_partitions", "kdiag_kafka_bytes_in_total"):
         assert set(by_broker(samples, name)) == brokers, name
     assert all(0.0 <= v <= 1.0 for v in by_broker(samples, "kdiag_kafka_request_handler_idle_ratio").values())
+
+
+@pytest.mark.kafka
+def test_ready_only_when_a_row_came_since_the_last_fetch():
+    collector = KafkaJmxCollector(lab_endpoints()[:1], timeout=20.0, poll_interval=2.0)
+    try:
+        assert collector.ready()  # no reader yet: the first fetch starts it
+        collector.fetch()
+        seen = collector.readers[collector.urls[0]].latest
+        assert seen is not None and not collector.ready()  # that row was handed over
+        wait_until(collector.ready, 30, "JmxTool's next row")
+        assert collector.readers[collector.urls[0]].latest is not seen
+        collector.fetch()
+        assert not collector.ready()
+    finally:
+        collector.close()
 
 
 @pytest.mark.kafka
