@@ -10,6 +10,7 @@ import time
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.utils import floatToGoString
 
 from kdiag import __version__
 from kdiag.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
@@ -61,15 +62,28 @@ def group_families(samples: list[Sample]) -> dict[str, list[Sample]]:
     return grouped
 
 
+@dataclasses.dataclass
+class _Text:
+    """One family's exposition, what it was rendered from, and each sample line up to its value."""
+
+    key: tuple  # (the sources' lists of its samples, its help, the cluster label)
+    text: bytes
+    series: list[tuple[str, tuple]]  # (name, labels) of each sample, in order
+    header: str  # its HELP and TYPE lines
+    prefixes: list[str]  # each sample's line up to its value; empty when the lines do not follow the samples
+
+
 class FamilyCache:
     """Each sample family's exposition text, rendered again only when its samples or help change.
 
     Kafka's thousands of series change once per fetch (15 s or more), not every cycle: a carried batch (the same list
-    cycle after cycle) is grouped once, and its families are not rendered again.
+    cycle after cycle) is grouped once, and its families are not rendered again. A family whose series stayed the
+    same and only moved in value (a fetch's new offsets, a host counter) is its cached line prefixes and the new
+    values: prometheus_client costs ~28 us a line, the prefix ~1 us.
     """
 
     def __init__(self) -> None:
-        self._rendered: dict[str, tuple[tuple, bytes]] = {}
+        self._rendered: dict[str, _Text] = {}
         self._grouped: list[tuple[list[Sample], dict[str, list[Sample]]]] = []
 
     def groups(self, sources: list[list[Sample]]) -> list[dict[str, list[Sample]]]:
@@ -90,16 +104,34 @@ class FamilyCache:
             # A carried family is the same list cycle after cycle: comparing it costs an identity check.
             key = (lists, help_text.get(family, family), cluster)
             previous = self._rendered.get(family)
-            if previous and previous[0] == key:
+            if previous and previous.key == key:
                 rendered[family] = previous
                 continue
             members = [s for m in lists for s in m]
-            fam = _family(family, exposition_type(members[0]), key[1])
-            for s in with_cluster(members, cluster):
-                fam.add_sample(s.name, dict(s.labels), s.value)
-            rendered[family] = (key, generate_latest(_Families([fam])))
+            series = [(s.name, s.labels) for s in members]
+            if previous and previous.prefixes and previous.key[1:] == key[1:] and previous.series == series:
+                values = zip(previous.prefixes, members, strict=True)
+                lines = "".join([p + floatToGoString(s.value) + "\n" for p, s in values])
+                rendered[family] = _Text(key, (previous.header + lines).encode(), series, previous.header,
+                                         previous.prefixes)
+            else:
+                rendered[family] = _render(family, members, key, series)
         self._rendered = rendered
-        return b"".join(text for _, text in rendered.values())
+        return b"".join(r.text for r in rendered.values())
+
+
+def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[str, tuple]]) -> _Text:
+    """A family rendered by prometheus_client, with its line prefixes when its lines follow its samples one to one."""
+    fam = _family(family, exposition_type(members[0]), key[1])
+    for s in with_cluster(members, key[2]):
+        fam.add_sample(s.name, dict(s.labels), s.value)
+    text = generate_latest(_Families([fam]))
+    lines = text.decode().splitlines(keepends=True)
+    header = "".join(line for line in lines if line.startswith("#"))
+    samples = [line for line in lines if not line.startswith("#")]
+    # A value has no space, whatever the labels hold: the prefix ends at the line's last space.
+    prefixes = [line[: line.rindex(" ") + 1] for line in samples] if len(samples) == len(members) else []
+    return _Text(key, text, series, header, prefixes)
 
 
 class StateCollector:

@@ -20,7 +20,7 @@ from kdiag.engine import Engine, load_catalog
 from kdiag.exporter import FamilyCache, Published, render_metrics
 from kdiag.pipeline import State
 from kdiag.root import Root
-from kdiag.sample import GAUGE, Sample, sample
+from kdiag.sample import COUNTER, GAUGE, HISTOGRAM, Sample, sample
 
 STATE = Path(__file__).parent / "fixtures" / "kafka" / "admin-state.json"
 
@@ -169,6 +169,23 @@ def test_family_cache_renders_what_a_fresh_render_does_and_follows_changes():
     assert 'kdiag_kafka_topic_partitions{topic="a"} 9.0' in text
     assert 'kdiag_kafka_topic_partitions{topic="a"} 1.0' not in text
     assert cache.render([changed[:1]], help_text).decode().count("kdiag_kafka") == 0  # a family gone is gone
+
+
+def test_new_values_on_the_same_series_render_as_a_fresh_render_does():
+    def snapshot(v: float) -> list[Sample]:
+        return [sample("kdiag_kafka_topic_partitions", v, GAUGE, topic='a b"c\\d'),
+                sample("kdiag_kafka_topic_partitions", v * 2, GAUGE, topic="e"),
+                sample("kdiag_probe_latency_seconds_bucket", v, HISTOGRAM, le="+Inf"),
+                sample("kdiag_probe_latency_seconds_sum", v / 3, HISTOGRAM),
+                sample("kdiag_probe_latency_seconds_count", v, HISTOGRAM),
+                sample("kdiag_kafka_bytes_in_total", v, COUNTER, broker_id=1)]
+    cache = FamilyCache()
+    cache.render([snapshot(1.0)], {}, "c1")
+    assert all(text.prefixes for text in cache._rendered.values())  # every family can take new values by prefix
+    for v in (2.0, float("nan"), float("inf"), 1e21, -0.0):
+        assert cache.render([snapshot(v)], {}, "c1") == FamilyCache().render([snapshot(v)], {}, "c1"), v
+    fewer = snapshot(3.0)[1:]  # a series gone: rendered anew
+    assert cache.render([fewer], {}, "c1") == FamilyCache().render([fewer], {}, "c1")
 
 
 def test_a_family_split_over_sources_renders_as_one_and_a_carried_source_is_grouped_once():
