@@ -18,13 +18,18 @@ READER = "import sys, pathlib\nwhile True:\n  [p.read_bytes() for p in pathlib.P
 RETENTION = 10.0
 
 
+def held(pipeline: Pipeline) -> set[tuple[str, str]]:
+    """(kind, subject) of every subject whose rules the engine holds for the next cycle."""
+    return {(kind, sid) for kind, (_, _, subjects, _) in pipeline.engine._held.items() for sid in subjects}
+
+
 def leftovers(pipeline: Pipeline, published: Published, pids: set[str]) -> list[str]:
     """Where any of these pids still appears in the state kept from cycle to cycle."""
     procs = next(c for c in pipeline.collectors.collectors if c.name == "processes")
     places = {
         "history": [dict(key[1]).get("pid") for key in pipeline.history._points],
         "processes collector": [str(pid) for pid, _ in procs._previous],
-        "engine held": [sid for _, sid in pipeline.engine._held],
+        "engine held": [sid for _, sid in held(pipeline)],
         "engine active": [d.subject.split()[1] for d in pipeline.engine.active.values() if d.subject.startswith("pid ")],
         "exposition": [pid for pid in pids if f'pid="{pid}"'.encode() in published.metrics],
     }
@@ -52,7 +57,7 @@ def test_a_dead_process_leaves_no_state_once_the_history_forgets_it(tmp_path):
         try:
             pid = str(reader.pid)
             # Seen as a subject, with its series exported: the state under test exists.
-            wait_until(lambda pid=pid: step() or (("proc", pid) in pipeline.engine._held
+            wait_until(lambda pid=pid: step() or (("proc", pid) in held(pipeline)
                                           and f'pid="{pid}"'.encode() in published.metrics),
                        60, f"reader {pid} as a proc subject")
         finally:
