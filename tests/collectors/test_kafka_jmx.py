@@ -6,7 +6,8 @@ import pytest
 from golden import FIXTURES, assert_golden
 from waiting import wait_until
 
-from kdiag.collectors.kafka_jmx import KafkaJmxCollector, canonical, jmx_url, parse_row, samples_from_jmx_state
+from kdiag.collectors.jmx_reader import parse_row
+from kdiag.collectors.kafka_jmx import KafkaJmxCollector, canonical, jmx_url, samples_from_jmx_state
 from kdiag.lab import read_lab
 from kdiag.root import Root
 
