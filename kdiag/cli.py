@@ -122,7 +122,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             return 0
     else:
         # Live: sample a short window so rates and `for` durations have something to stand on.
-        pipeline = Pipeline(CollectorSet(recorded_collectors(config)), load_rules(config), socket.gethostname(),
+        pipeline = Pipeline(CollectorSet(recorded_collectors(config, args.step)), load_rules(config), socket.gethostname(),
                             config.history, min(config.signal_window, args.duration), config.kafka.cluster_name,
                             config.kafka.local_broker_id)
         root = Root(config.procfs, config.sysfs)
@@ -145,7 +145,7 @@ def cmd_record(args: argparse.Namespace) -> int:
     from kdiag.root import Root
 
     config = _config(args)
-    out = record(Path(args.output), args.duration, args.interval, CollectorSet(recorded_collectors(config)),
+    out = record(Path(args.output), args.duration, args.interval, CollectorSet(recorded_collectors(config, args.interval)),
                  Root(config.procfs, config.sysfs), progress=lambda m: print(m, file=sys.stderr, flush=True))
     print(f"recording written to {out}")
     return 0
