@@ -297,10 +297,6 @@ class Runner:
                 look()
                 return set(drill.expected) <= seen
 
-            def checks_hold() -> bool:
-                fault = m.since(injected)
-                return all(any(holds(s) for s in fault) for holds in drill.checks.values())
-
             if self._wait(fired, min(drill.timeout, self.timeout)):
                 if self.alertmanager:
                     alerted = self._wait(all_alerted, 120)
@@ -308,7 +304,7 @@ class Runner:
                     result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
                 # Evidence can trail the firing on a loaded host (a topic's rate needs two admin fetches, and the
                 # admin period stretches with its cost): the fault stays in place until the checks hold, or 60 s.
-                self._wait(checks_hold, CHECKS_SECONDS)
+                self._wait(lambda: not failed_checks(drill, m.since(injected)), CHECKS_SECONDS)
         except Interrupted:
             raise
         except Exception as e:  # a failed injection still reverts and reports
@@ -347,9 +343,14 @@ class Runner:
         result.seconds_to_resolved = round(ends[0] - reverted_at, 1) if ends else None
         result.false_attributions = false_attributions(rows, owned, causes, baseline, injected)
         fault = [s for s in states if injected <= s.time <= reverted_at]
-        result.failed_checks = [what for what, holds in drill.checks.items() if not any(holds(s) for s in fault)]
+        result.failed_checks = failed_checks(drill, fault)
         result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
                                                (injected, reverted_at))
+
+
+def failed_checks(drill: Drill, fault: list[State]) -> list[str]:
+    """The drill's checks that hold in none of the states of its fault."""
+    return [what for what, holds in drill.checks.items() if not any(holds(s) for s in fault)]
 
 
 def run_replay(drill: Drill) -> DrillResult:

@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cel
 import yaml
@@ -328,6 +328,15 @@ def render(template: str, scope: dict[str, Signals]) -> str:
     return TEMPLATE_FIELD.sub(fill, template)
 
 
+class _KindHeld(NamedTuple):
+    """What one subject kind's last evaluation stood on and found."""
+
+    signals: dict[str, Signals]  # the kind's signals (the same object while SignalCache held them)
+    reads: list[Signals]  # the global subjects its rules read
+    by_subject: dict[str, tuple[Signals, list[Rule]]]  # each subject's signals and the rules holding for it
+    holding: list[tuple[Signals, list[Rule]]]  # the subjects some rule holds for
+
+
 class Engine:
     """Evaluates a catalog over successive signal snapshots, keeping each diagnosis's state."""
 
@@ -344,14 +353,13 @@ class Engine:
         # The global subjects each kind's conditions read: a subject whose inputs did not change holds the same rules.
         self._reads = {each: sorted({v for r in rules for v in r.program.variables()} & set(GLOBAL_SUBJECTS))
                        for each, rules in self._by_subject.items()}
-        # Per subject kind: its signals, the globals read, each subject's (signals, rules holding), those holding any.
-        self._held: dict[str, tuple] = {}
+        self._held: dict[str, _KindHeld] = {}
 
     def evaluate(self, t: float, signals: dict[str, dict[str, Signals]]) -> list[Diagnosis]:
         """Advance every rule to time t; returns the active diagnoses and sets `resolved`."""
         globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
         holding: dict[tuple[str, str], Diagnosis] = {}
-        held_now: dict[str, tuple] = {}
+        held_now: dict[str, _KindHeld] = {}
         # Converting signals to CEL values is the expensive part: the globals once per cycle, `it` once per subject
         # (a fresh Context per subject cost 0.4 ms each on a 128-CPU host, 80 ms a cycle).
         context = cel.Context(globals_)
@@ -361,17 +369,17 @@ class Engine:
             kind = self._held.get(each)
             # A kind whose signals are the same object (kdiag.subject_kinds.SignalCache) and globals the same holds
             # the same rules: Kafka's thousands of topics and groups are not even walked between fetches.
-            if kind is None or kind[0] is not subjects or kind[1] != reads:
-                before = kind[2] if kind and kind[1] == reads else {}
+            if kind is None or kind.signals is not subjects or kind.reads != reads:
+                before = kind.by_subject if kind and kind.reads == reads else {}
                 held = {}
                 for sid, subject in subjects.items():
                     old = before.get(sid)
                     # An idle topic or group keeps its signals from fetch to fetch: CEL runs only on change.
                     held[sid] = old if old and (old[0] is subject or old[0] == subject) else (
                         subject, self._evaluate(rules, context, subject))
-                kind = (subjects, reads, held, [(subject, rules) for subject, rules in held.values() if rules])
+                kind = _KindHeld(subjects, reads, held, [(subject, rules) for subject, rules in held.values() if rules])
             held_now[each] = kind
-            for subject, held_rules in kind[3]:
+            for subject, held_rules in kind.holding:
                 scope = {**globals_, "it": subject}
                 for rule in held_rules:
                     self._hold(rule, subject, scope, t, holding)
