@@ -54,7 +54,8 @@ DOCS_HEADER = """\
 Generated from rules/*.yaml by `kdiag rules export --docs`: do not edit, regenerate. Each rule is evaluated by
 kdiag on the host; while it fires, kdiag exports `kdiag_diagnosis_active{rule="<id>"} 1` and Prometheus raises
 the alert named below (deploy/prometheus/kdiag-alerts.yml). The alert's `runbook_url` points at the rule's section.
-A host-scope rule is exported by every daemon where it holds; a cluster-scope rule only by the one daemon per
+A host-scope rule is exported by every daemon where it holds (one about a broker, by the daemon beside that broker
+once `kafka.local_broker_id` is known); a cluster-scope rule only by the one daemon per
 cluster elected to report (the others list it in /api/diagnoses with `reported_by`; see docs/ARCHITECTURE.md).
 """
 

@@ -347,6 +347,9 @@ class Engine:
         self._by_subject: dict[str, list[Rule]] = {}
         for rule in rules:
             self._by_subject.setdefault(rule.each, []).append(rule)
+        # Every daemon sees every broker (metadata, configs), but a host-scope rule compares a broker with this host:
+        # once the local broker is known, another broker's subject is left to the daemon on its own host.
+        self._foreign_rules = {each: [r for r in rules if r.scope == "cluster"] for each, rules in self._by_subject.items()}
         self.active: dict[tuple[str, str], Diagnosis] = {}
         self.resolved: list[Diagnosis] = []
         self._failing: set[str] = set()
@@ -376,7 +379,8 @@ class Engine:
                     old = before.get(sid)
                     # An idle topic or group keeps its signals from fetch to fetch: CEL runs only on change.
                     held[sid] = old if old and (old[0] is subject or old[0] == subject) else (
-                        subject, self._evaluate(rules, context, subject))
+                        subject, self._evaluate(rules if self._local(each, sid) else self._foreign_rules[each],
+                                                context, subject))
                 kind = _KindHeld(subjects, reads, held, [(subject, rules) for subject, rules in held.values() if rules])
             held_now[each] = kind
             for subject, held_rules in kind.holding:
@@ -389,6 +393,10 @@ class Engine:
             d.ended = t
         self.active = holding
         return self.current()
+
+    def _local(self, each: str, sid: str) -> bool:
+        """Whether host-scope rules apply to this subject: any but another host's broker."""
+        return each != "broker" or self.local_brokers is None or sid in self.local_brokers
 
     def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals) -> list[Rule]:
         context.update({"it": subject})

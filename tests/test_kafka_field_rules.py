@@ -20,9 +20,9 @@ def brokers_listed(ids: list[int]) -> list[Sample]:
         sample("kdiag_kafka_controller_id", ids[0])]
 
 
-def run(snapshot: Callable[[float], list[Sample]], seconds: float) -> list[Diagnosis]:
+def run(snapshot: Callable[[float], list[Sample]], seconds: float, local_broker: int | None = None) -> list[Diagnosis]:
     """Feed one snapshot every STEP seconds through the shipped catalog; the diagnoses at the end."""
-    history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]))
+    history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), local_broker)
     diagnoses: list[Diagnosis] = []
     for i in range(int(seconds / STEP) + 1):
         t = 1764430000.0 + i * STEP
@@ -114,6 +114,13 @@ LINTS = [
 def test_broker_config_lints_against_this_host(rule: str, firing, quiet) -> None:
     assert fired(run(firing, 30)) == [(rule, "broker 1", "firing")]
     assert fired(run(quiet, 30)) == []
+
+
+@pytest.mark.parametrize(("rule", "firing"), [(r, f) for r, f, _ in LINTS], ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(LINTS)])
+def test_a_broker_config_lint_is_left_to_the_daemon_on_that_brokers_host(rule: str, firing) -> None:
+    # Every daemon reads every broker's configs; compared with broker 2's host, broker 1's say nothing.
+    assert fired(run(firing, 30, local_broker=1)) == [(rule, "broker 1", "firing")]
+    assert fired(run(firing, 30, local_broker=2)) == []
 
 
 def topic(segment_bytes: float, messages_per_second: float) -> Callable[[float], list[Sample]]:
