@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from kdiag.engine import KINDS, TEMPLATE_FIELD, Rule, render
+from kdiag.catalog import KINDS, Rule, TEMPLATE_FIELD
+from kdiag.engine import render
 
 DEFAULT_PROMETHEUS = Path("deploy/prometheus/kdiag-alerts.yml")
 DEFAULT_ALERTMANAGER = Path("deploy/alertmanager/alertmanager.yml")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kdiag import __version__, alerts
 from kdiag.config import Config, ConfigError, load_config
-from kdiag.engine import CatalogError, parse_duration
+from kdiag.catalog import CatalogError, parse_duration
 from kdiag.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, RecordingError, record
 
 

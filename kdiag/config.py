@@ -15,7 +15,7 @@ from typing import Any
 
 from kdiag import yamlsafe
 from kdiag.cardinality import SeriesFilter
-from kdiag.engine import parse_duration
+from kdiag.catalog import parse_duration
 from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_settings
 from kdiag.kafka_client import ClientConfigError, ClientSettings
 from kdiag.probe_config import ProbeConfig

@@ -33,7 +33,7 @@ from kdiag.collectors.statvfs import StatvfsCollector
 from kdiag.collectors.sysctl import SysctlCollector
 from kdiag.collectors.vmstat import VmstatCollector
 from kdiag.config import Config, ConfigError
-from kdiag.engine import CatalogError, Rule, default_rules_dir, load_catalog
+from kdiag.catalog import CatalogError, Rule, default_rules_dir, load_catalog
 from kdiag.exporter import Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.probe_metrics import HELP as PROBE_HELP

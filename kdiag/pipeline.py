@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag.collectors import Collector
-from kdiag.engine import Diagnosis, Engine, Rule
+from kdiag.catalog import Rule
+from kdiag.engine import Diagnosis, Engine
 from kdiag.history import History
 from kdiag.root import Root
 from kdiag.sample import Sample

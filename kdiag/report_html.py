@@ -7,7 +7,7 @@ import html
 import math
 from dataclasses import dataclass, field
 
-from kdiag.engine import GLOBAL_SUBJECTS, Rule
+from kdiag.catalog import GLOBAL_SUBJECTS, Rule
 from kdiag.pipeline import State
 
 WIDTH, LEFT, RIGHT = 1000, 330, 20

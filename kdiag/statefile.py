@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kdiag.engine import Diagnosis, Rule
+from kdiag.catalog import Rule
+from kdiag.engine import Diagnosis
 
 log = logging.getLogger(__name__)
 

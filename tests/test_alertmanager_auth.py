@@ -20,7 +20,8 @@ from waiting import wait_until
 
 from kdiag.alertmanager import AlertPusher
 from kdiag.config import ConfigError, load_config
-from kdiag.engine import Diagnosis, default_rules_dir, load_catalog
+from kdiag.catalog import default_rules_dir, load_catalog
+from kdiag.engine import Diagnosis
 from kdiag.http_client import Authorization, BasicAuth, TLSConfig
 from kdiag.pipeline import State
 

@@ -19,7 +19,8 @@ from kdiag import alertmanager as am
 from kdiag import alerts
 from kdiag.alertmanager import AlertPusher
 from kdiag.cli import main
-from kdiag.engine import Diagnosis, default_rules_dir, load_catalog
+from kdiag.catalog import default_rules_dir, load_catalog
+from kdiag.engine import Diagnosis
 from kdiag.pipeline import State
 
 RULES = load_catalog([default_rules_dir()])

@@ -16,7 +16,8 @@ from kdiag.cardinality import SeriesFilter, cap_kafka_series
 from kdiag.collectors.kafka_admin_samples import samples_from_admin_state
 from kdiag.config import ConfigError, load_config
 from kdiag.daemon import Background
-from kdiag.engine import Engine, load_catalog
+from kdiag.catalog import load_catalog
+from kdiag.engine import Engine
 from kdiag.exporter import FamilyCache, Published, render_metrics
 from kdiag.pipeline import State
 from kdiag.root import Root

@@ -17,7 +17,8 @@ from kdiag.drill import Interrupted, Runner
 from kdiag.drill_results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
 from kdiag.drill_faults import Target, assignment
 from kdiag.drills import BY_NAME, DRILLS, Drill, firing
-from kdiag.engine import Diagnosis, Rule
+from kdiag.catalog import Rule
+from kdiag.engine import Diagnosis
 from kdiag.pipeline import State
 
 RECORDINGS = Path(__file__).parent / "recordings"

@@ -14,7 +14,8 @@ from promstack import ROOT, Stack, free_port, get_json
 from waiting import wait_until
 
 from kdiag.alertmanager import AlertPusher
-from kdiag.engine import Diagnosis, default_rules_dir, load_catalog
+from kdiag.catalog import default_rules_dir, load_catalog
+from kdiag.engine import Diagnosis
 from kdiag.pipeline import State
 
 pytestmark = pytest.mark.e2e

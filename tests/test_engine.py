@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kdiag.cli import main
-from kdiag.engine import CatalogError, Engine, default_rules_dir, load_catalog, parse_duration, render
+from kdiag.catalog import CatalogError, default_rules_dir, load_catalog, parse_duration
+from kdiag.engine import Engine, render
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 CONTRACT_CAUSES = ("small_packet_storm", "nic_irq_on_cpu0", "swap_in_use", "foreign_io_scanner")

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kdiag.config import Config
 from kdiag.daemon import host_collectors
-from kdiag.engine import default_rules_dir, load_catalog
+from kdiag.catalog import default_rules_dir, load_catalog
 from kdiag.exporter import SCHEDULE_NOTE, Published, render_metrics
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording import record

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kdiag import yamlsafe
-from kdiag.engine import CatalogError, load_catalog
+from kdiag.catalog import CatalogError, load_catalog
 from kdiag.quote import quote
 
 MEMORY_LIMIT = 1 << 30  # the bombs expanded to 2.9-3.4 GB before; a regression hits this and fails fast

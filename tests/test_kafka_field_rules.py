@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from kdiag.engine import Diagnosis, Engine, default_rules_dir, load_catalog
+from kdiag.catalog import default_rules_dir, load_catalog
+from kdiag.engine import Diagnosis, Engine
 from kdiag.history import History
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.subject_kinds import compute_signals

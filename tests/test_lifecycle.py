@@ -23,7 +23,7 @@ from waiting import wait_until
 from kdiag.alertmanager import timestamp
 from kdiag.collectors.loadavg import LoadavgCollector
 from kdiag.daemon import Background
-from kdiag.engine import default_rules_dir, load_catalog
+from kdiag.catalog import default_rules_dir, load_catalog
 from kdiag.exporter import Published
 from kdiag.pipeline import State
 from kdiag.root import Root
