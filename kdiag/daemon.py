@@ -104,10 +104,8 @@ def kafka_collectors(config: Config, sources: set[str] | None = None) -> dict[st
 def recorded_collectors(config: Config, every: float) -> list[Collector]:
     """What `kdiag record` and live `kdiag diagnose` run: the host collectors, and Kafka's when configured. Each
     snapshot (`every` seconds apart) reads Kafka, so JmxTool polls as often (at most every kafka.jmx_interval)."""
-    kafka = kafka_collectors(config)
-    if "jmx" in kafka:
-        kafka["jmx"].poll_interval = min(every, config.kafka.jmx_interval)
-    return host_collectors(config) + list(kafka.values())
+    kafka = dataclasses.replace(config.kafka, jmx_interval=min(every, config.kafka.jmx_interval))
+    return host_collectors(config) + list(kafka_collectors(dataclasses.replace(config, kafka=kafka)).values())
 
 
 def replay_collectors(config: Config, recording: Recording) -> list[Collector]:

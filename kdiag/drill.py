@@ -70,17 +70,15 @@ class Monitor:
     def __init__(self, target: Target, alertmanager: str = ""):
         overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
                      "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
-                     "kafka.configs_interval": "0s"}  # the config drills need each change seen at once
+                     "kafka.configs_interval": "0s",  # the config drills need each change seen at once
+                     # The daemon's JMX poll (30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
+                     "kafka.jmx_interval": f"{JMX_POLL_SECONDS}s"}
         config = load_config(None, overrides)
         self.rules = load_rules(config)
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
         host = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs), MeminfoCollector(),
                 StatCollector()]
-        kafka = kafka_collectors(config)
-        if "jmx" in kafka:
-            # The daemon's JMX poll (kafka.jmx_interval, 30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
-            kafka["jmx"].poll_interval = JMX_POLL_SECONDS
-        collectors = CollectorSet(host + list(kafka.values()), timeout=20.0)
+        collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
         self.states: list[State] = []
         self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
