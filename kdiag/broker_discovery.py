@@ -3,6 +3,9 @@
 Everything is read through a Root (/proc/PID/cmdline, cwd, and the broker's files under /proc/PID/root), so a
 container with the host's /proc, and a fixture tree, read it the same way. `discover` fills the Kafka settings
 the config left unset; what the config or flags set always wins.
+
+Any local user can start a process that looks like a broker: only root's and kafka.broker_user's processes are
+read, and their classpath runs JmxTool only when kdiag.trust finds it theirs and writable by no one else.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from kdiag.collectors.processes import BROKER_MAIN_CLASS, parse_cmdline
 from kdiag.config import Config
 from kdiag.root import Root
+from kdiag.trust import user_name, user_uid, why_untrusted_classpath
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ class Broker:
     """What one broker process says about itself; `problems` says what could not be used and why."""
 
     pid: int
+    refused: str = ""  # why nothing of this process is used (it is not a trusted user's); then nothing else is read
     properties_path: str = ""
     node_id: int | None = None
     listeners: list[Listener] = field(default_factory=list)  # client listeners (controller listeners left out)
@@ -235,8 +240,17 @@ def read_text(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def find_brokers(root: Root) -> list[Broker]:
-    """Every Kafka broker process under the root's /proc (java ... kafka.Kafka server.properties)."""
+def process_uids(root: Root, pid: int) -> tuple[int, ...]:
+    """The real, effective, saved and filesystem uid of a process (its /proc/PID/status Uid line)."""
+    for line in root.read_proc(f"{pid}/status").splitlines():
+        if line.startswith("Uid:"):
+            return tuple(int(u) for u in line.split()[1:])
+    raise OSError(errno.EINVAL, "no Uid line", f"{pid}/status")
+
+
+def find_brokers(root: Root, owners: set[int] | None = None) -> list[Broker]:
+    """Every Kafka broker process under the root's /proc (java ... kafka.Kafka server.properties); with owners, those
+    running as another user come back `refused`, nothing of them read."""
     brokers = []
     for entry in root.listdir("proc", ""):
         if not entry.isdigit():
@@ -245,9 +259,31 @@ def find_brokers(root: Root) -> list[Broker]:
             argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
         except OSError:
             continue
-        if BROKER_MAIN_CLASS in argv and "java" in argv[0].rsplit("/", 1)[-1]:
-            brokers.append(read_broker(root, int(entry), argv))
+        if BROKER_MAIN_CLASS not in argv or "java" not in argv[0].rsplit("/", 1)[-1]:
+            continue
+        pid = int(entry)
+        refused = _stranger(root, pid, owners) if owners is not None else ""
+        brokers.append(Broker(pid, refused=refused) if refused else read_broker(root, pid, argv))
     return brokers
+
+
+def _stranger(root: Root, pid: int, owners: set[int]) -> str:
+    """Why the process is not one of owners', or ""."""
+    try:
+        uids = process_uids(root, pid)
+    except (OSError, ValueError) as e:
+        return f"its owner cannot be read ({getattr(e, 'strerror', None) or e})"
+    # A setuid program keeps its caller's real uid: each of the four must be trusted.
+    stranger = next((u for u in uids if u not in owners), None)
+    return f"it runs as {user_name(stranger)}" if stranger is not None else ""
+
+
+def trusted_uids(broker_user: str) -> tuple[set[int], str]:
+    """(uids whose broker processes and files kdiag trusts: root and kafka.broker_user's, who they are)."""
+    uid = user_uid(broker_user)
+    if uid is None:
+        return {0}, f"root (kafka.broker_user {broker_user}: no such user here)"
+    return {0, uid}, f"root and kafka.broker_user {broker_user} (uid {uid})"
 
 
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
@@ -280,11 +316,16 @@ def _classpath_summary(classpath: str) -> str:
 
 def discover(config: Config, root: Root) -> Config:
     """config with its unset Kafka items filled from the local broker process; one log line per item."""
+    owners, trusted = trusted_uids(config.kafka.broker_user)
     try:
-        brokers = find_brokers(root)
+        brokers = find_brokers(root, owners)
     except OSError as e:  # a wrong --procfs: the collectors say so too; discovery is only a convenience
         log.warning("broker discovery: cannot list the processes (%s)", e.strerror or e)
         return config
+    for refused in (b for b in brokers if b.refused):
+        log.warning("broker discovery: pid %d looks like a Kafka broker but is not used: %s, and kdiag trusts only %s",
+                    refused.pid, refused.refused, trusted)
+    brokers = [b for b in brokers if not b.refused]
     broker, why = choose(brokers, config.kafka.bootstrap_servers, config.kafka.local_broker_id)
     if broker is None:
         log.info("broker discovery: %s", why)
@@ -326,7 +367,14 @@ def discover(config: Config, root: Root) -> Config:
         else:
             found["kafka.jmx"] = ([broker.jmx], broker.jmx, source)
     if broker.classpath:
-        found["kafka.jmx_classpath"] = (broker.classpath, _classpath_summary(broker.classpath), f"-cp of pid {broker.pid}")
+        # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them.
+        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, owners)
+        if untrusted:
+            log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
+                        "Kafka's libs/*", broker.pid, untrusted)
+        else:
+            found["kafka.jmx_classpath"] = (broker.classpath, _classpath_summary(broker.classpath),
+                                            f"-cp of pid {broker.pid}")
 
     current = {"kafka.local_broker_id": kafka.local_broker_id, "kafka.bootstrap_servers": kafka.bootstrap_servers,
                "kafka.jmx": kafka.jmx, "kafka.jmx_classpath": kafka.jmx_classpath, "processes.log_dirs": processes.log_dirs}

@@ -12,6 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from kdiag.trust import UntrustedError, trusted_program
+
 LOGIN_MODULES = (
     "org.apache.kafka.common.security.plain.PlainLoginModule",
     "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -71,9 +73,9 @@ def truststore_pem(location: str, password: str) -> str:
     """The certificates of a PKCS12 or JKS truststore in PEM, read with keytool (password through the environment)."""
     env = {**os.environ, "KDIAG_STOREPASS": password}
     try:
-        done = subprocess.run(["keytool", "-list", "-rfc", "-keystore", location, "-storepass:env", "KDIAG_STOREPASS"],
-                              capture_output=True, text=True, env=env, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        done = subprocess.run([trusted_program("keytool"), "-list", "-rfc", "-keystore", location, "-storepass:env",
+                               "KDIAG_STOREPASS"], capture_output=True, text=True, env=env, timeout=60)
+    except (OSError, subprocess.TimeoutExpired, UntrustedError) as e:
         raise JavaPropError("ssl.truststore.location", f"cannot run keytool to read it: {e}") from None
     pem = "\n".join(PEM_BLOCK.findall(done.stdout))
     if done.returncode or not pem:

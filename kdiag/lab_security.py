@@ -16,6 +16,7 @@ the broker's own SCRAM password in its JAAS line.
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import subprocess
 from pathlib import Path
@@ -225,6 +226,7 @@ def kdiag_config(d: Path, info: dict) -> dict:
         "bootstrap_servers": info["bootstrap"],
         "jmx": [info["jmx"][n] for n in sorted(info["jmx"], key=int)],
         "jmx_classpath": str(d / "libs" / "*"),
+        "broker_user": pwd.getpwuid(os.geteuid()).pw_name,  # the lab's brokers run as whoever started them
     }
     if mode != "none":
         s = secrets_dir(d)

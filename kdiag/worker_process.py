@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from kdiag import logsafe
+
 log = logging.getLogger(__name__)
 # Before an answer's marshal bytes: their length, and the CPU seconds the request cost the child (all its threads).
 FRAME_HEADER = struct.Struct("!Qd")
@@ -158,7 +160,7 @@ def _read_answer(stream: BinaryIO, deadline: float) -> tuple[float, dict[str, An
 def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str, Any]]]) -> None:
     """The child's loop: read the settings line, handle = start(settings), then answer each request line with handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # kdiag decides when the child stops
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(logging.INFO)
     # Answers go to a private copy of stdout; anything a library prints lands on stderr, never in an answer.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

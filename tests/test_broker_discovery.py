@@ -17,7 +17,7 @@ import yaml
 
 from kdiag.broker_discovery import choose, discover, find_brokers, parse_properties
 from kdiag.collectors.kafka_jmx import NO_JARS, KafkaJmxCollector
-from kdiag.config import load_config
+from kdiag.config import ConfigError, load_config
 from kdiag.root import Root, SnapshotRoot
 from waiting import wait_until
 
@@ -40,8 +40,10 @@ log.dirs=/data/1/kafka-logs,\\
 """
 
 
-def host(tmp_path: Path, processes: dict[int, list[str]], files: dict[str, str] | None = None, cwd: str = "/opt/kafka") -> Root:
-    """A one-snapshot recording holding these processes' cmdline and cwd, and files as /proc/PID/root sees them."""
+def host(tmp_path: Path, processes: dict[int, list[str]], files: dict[str, str] | None = None, cwd: str = "/opt/kafka",
+         uid: int = 0) -> Root:
+    """A one-snapshot recording holding these processes' cmdline, owner (uid) and cwd, and files as /proc/PID/root
+    sees them."""
     snap = tmp_path / "0000"
     (snap / "proc").mkdir(parents=True)
     (snap / "meta.json").write_text(json.dumps({"time": 1764430000.0}))
@@ -49,6 +51,7 @@ def host(tmp_path: Path, processes: dict[int, list[str]], files: dict[str, str] 
         d = snap / "proc" / str(pid)
         d.mkdir()
         (d / "cmdline").write_text("".join(a + "\0" for a in argv))
+        (d / "status").write_text(f"Name:\tjava\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nGid:\t0\t0\t0\t0\n")
         os.symlink(cwd, d / "cwd")
         for path, text in (files or {}).items():
             target = d / "root" / path.lstrip("/")
@@ -154,6 +157,24 @@ def test_a_fifo_named_as_server_properties_never_blocks(tmp_path, caplog):
 def test_broken_broker_files_are_one_problem_each_never_a_crash(tmp_path, argv, files, problem):
     (broker,) = find_brokers(host(tmp_path, {2000: argv}, files))
     assert any(problem in p for p in broker.problems), broker.problems
+
+
+def test_only_root_and_the_broker_users_processes_are_read(tmp_path, caplog):
+    root = host(tmp_path, {2000: broker_argv()}, {"/opt/kafka/config/server.properties": SERVER_PROPERTIES}, uid=65534)
+    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+        assert discover(load_config(overrides={"kafka.broker_user": "nobody"}), root).kafka.local_broker_id == 3
+        caplog.clear()
+        assert discover(load_config(overrides={"kafka.broker_user": "no-such-user"}), root) == load_config(
+            overrides={"kafka.broker_user": "no-such-user"})
+    assert caplog.messages[0] == ("broker discovery: pid 2000 looks like a Kafka broker but is not used: it runs as uid "
+                                  "65534 (nobody), and kdiag trusts only root (kafka.broker_user no-such-user: no such "
+                                  "user here)")
+
+
+@pytest.mark.parametrize("user", ["", "ka fka", "-kafka", "../kafka", "k" * 33, "12345678901"])
+def test_a_broker_user_that_is_no_user_name_is_refused_by_name(user):
+    with pytest.raises(ConfigError, match=r"kafka\.broker_user: .* is not a user name or uid"):
+        load_config(overrides={"kafka.broker_user": user})
 
 
 def test_several_brokers_need_the_config_to_say_which_is_local(tmp_path):

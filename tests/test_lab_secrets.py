@@ -1,5 +1,7 @@
 """lab_security without Kafka: the secrets, certificates and settings a secured lab is started with."""
 
+import os
+import pwd
 import stat
 import subprocess
 
@@ -52,7 +54,7 @@ def test_plain_lab_config_has_no_security_keys(tmp_path):
     info = {"bootstrap": "127.0.0.1:9092", "jmx": {"2": "service:jmx:b", "1": "service:jmx:a"}}
     assert lab_security.kdiag_config(tmp_path, info) == {"kafka": {
         "bootstrap_servers": "127.0.0.1:9092", "jmx": ["service:jmx:a", "service:jmx:b"],
-        "jmx_classpath": str(tmp_path / "libs" / "*")}}
+        "jmx_classpath": str(tmp_path / "libs" / "*"), "broker_user": pwd.getpwuid(os.geteuid()).pw_name}}
     lab_security.prepare(tmp_path, "none")
     assert not lab_security.secrets_dir(tmp_path).exists()
 

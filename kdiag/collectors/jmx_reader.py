@@ -35,7 +35,7 @@ class JmxReader:
     JVM_FLAGS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData")
 
     def __init__(self, url: str, classpath: str, poll_interval: float, queries: tuple[str, ...],
-                 attributes: tuple[str, ...], java: str = "java", auth: JmxAuth | None = None):
+                 attributes: tuple[str, ...], java: str, auth: JmxAuth | None = None):
         self.url = url
         self.auth = auth or JmxAuth()
         self.started = time.monotonic()
@@ -50,7 +50,7 @@ class JmxReader:
         argfile = self.auth.pipe("org.apache.kafka.tools.JmxTool", args)
         try:
             self.process = subprocess.Popen(
-                ["sh", "-c", self.WRAPPER, "sh", java, *self.JVM_FLAGS, "-cp", classpath, f"@/dev/fd/{argfile}"],
+                ["/bin/sh", "-c", self.WRAPPER, "sh", java, *self.JVM_FLAGS, "-cp", classpath, f"@/dev/fd/{argfile}"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -23,6 +23,7 @@ from kdiag.collectors.jmx_auth import JmxAuth
 from kdiag.collectors.jmx_reader import JmxReader
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.trust import trusted_program
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +298,7 @@ class KafkaJmxCollector:
             reader = None
         if reader is None:
             reader = self.readers[url] = JmxReader(url, self.classpath, self.poll_interval, QUERIES, ATTRIBUTES,
-                                                    auth=self.auth)
+                                                    java=trusted_program("java"), auth=self.auth)
         return reader
 
     def ready(self) -> bool:

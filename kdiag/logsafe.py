@@ -1,0 +1,40 @@
+"""kdiag's log: one line per record, whatever its values hold.
+
+Messages carry strings other users choose (a look-alike broker's paths and arguments, topic and group names): a
+newline in one would end the line early and make what follows look like a line of kdiag's own, and escape
+sequences would drive the terminal. Control characters in a message are shown as \\xNN (\\u2028 and \\u2029 too);
+tracebacks keep their lines, with control characters inside them shown the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape(text: str) -> str:
+    """text with each control character as \\xNN (line and paragraph separators as \\uNNNN)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+class EscapingFormatter(logging.Formatter):
+    """A Formatter whose messages cannot hold a line break or an escape sequence."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape(super().formatMessage(record))
+
+    def formatException(self, ei) -> str:
+        return "\n".join(map(escape, super().formatException(ei).split("\n")))
+
+    def formatStack(self, stack_info: str) -> str:
+        return "\n".join(map(escape, super().formatStack(stack_info).split("\n")))
+
+
+def configure(level: int) -> None:
+    """Log records at level and above to stderr, through an EscapingFormatter (unless logging is already set up)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter(FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
