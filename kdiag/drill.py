@@ -20,7 +20,7 @@ from kdiag.config import load_config
 from kdiag.daemon import kafka_collectors, load_rules
 from kdiag.drill_results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
                                  rule_for, waves)
-from kdiag.drill_faults import Target, probe_running
+from kdiag.drill_faults import Target, delete_leftover_topics, probe_running
 from kdiag.drills import Drill
 from kdiag.pipeline import CollectorSet, Pipeline, State
 from kdiag.probe import ProbeService
@@ -180,6 +180,8 @@ class Runner:
                         results.append(run_replay(wave[0]))
                         continue
                     if self.monitor is None:
+                        if leftover := delete_leftover_topics(self.target):
+                            self.progress(f"deleted {len(leftover)} drill topic(s) an earlier run left: {', '.join(leftover)}")
                         self.monitor = Monitor(self.target, self.alertmanager)
                         self.monitor.start()
                     wave_results = [DrillResult(d.name, list(d.expected), rule_for_seconds=rule_for(self.monitor.rules, d),

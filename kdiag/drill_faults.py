@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,28 @@ from kdiag.probe import ProbeService
 from kdiag.probe_config import ProbeConfig
 
 VICTIM_BROKER = 3
+TOPIC_PREFIX = "drill-"  # every topic a drill makes: a run deletes those an earlier, killed run left
+
+SCANNER = """
+import os, sys, threading, time
+
+def orphaned():
+    sys.stdin.buffer.read()  # EOF: the drill that started this process is gone, however it died
+    os._exit(0)
+
+threading.Thread(target=orphaned, daemon=True).start()
+while True:
+    for d in sys.argv[1:]:
+        for root, _, files in os.walk(d):
+            for f in files:
+                try:
+                    with open(os.path.join(root, f), 'rb') as fh:
+                        while fh.read(1 << 20):
+                            pass
+                except OSError:
+                    pass
+    time.sleep(0.01)
+"""
 
 
 @dataclass
@@ -60,6 +83,30 @@ def topic(target: Target, name: str, replicas: list[list[int]], **config: str) -
         yield name
     finally:
         admin.delete_topics([name])[name].exception(timeout=30)
+
+
+def delete_leftover_topics(target: Target) -> list[str]:
+    """Delete the drill topics on the cluster (a drill run killed before its revert leaves its own); their names."""
+    admin = target.admin()
+    names = sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(TOPIC_PREFIX))
+    for future in (admin.delete_topics(names).values() if names else ()):
+        future.exception(timeout=30)
+    return names
+
+
+@contextmanager
+def scanner(log_dirs: list[str]) -> Iterator[subprocess.Popen]:
+    """A separate process re-reading every file of log_dirs while the block runs, and never past this process."""
+    # Its own session: a Ctrl-C on the drill (deferred until the revert) does not reach it. Its stdin is a pipe only
+    # this process holds, so it reads EOF and exits when this process dies, SIGKILL included.
+    process = subprocess.Popen([sys.executable, "-c", SCANNER, *log_dirs], cwd=log_dirs[0], stdin=subprocess.PIPE,
+                               start_new_session=True)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait(30)
+        process.stdin.close()
 
 
 @contextmanager

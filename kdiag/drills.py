@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -14,7 +12,8 @@ from pathlib import Path
 
 from kdiag import lab
 from kdiag.drill_faults import (VICTIM_BROKER, Target, assignment, broker_pid, cluster_default, consumers,
-                                keyed_load, kill_acking_alone, preferred_leaders, record_by_record, topic, victim_back)
+                                keyed_load, kill_acking_alone, preferred_leaders, record_by_record, scanner, topic,
+                                victim_back)
 from kdiag.engine import Diagnosis
 from kdiag.pipeline import State
 from kdiag.probe_config import ProbeConfig
@@ -104,34 +103,12 @@ def unbatched(target: Target) -> Iterator[None]:
         yield
 
 
-SCANNER = """
-import os, sys, time
-while True:
-    for d in sys.argv[1:]:
-        for root, _, files in os.walk(d):
-            for f in files:
-                try:
-                    with open(os.path.join(root, f), 'rb') as fh:
-                        while fh.read(1 << 20):
-                            pass
-                except OSError:
-                    pass
-    time.sleep(0.01)
-"""
-
-
 @contextmanager
 def log_dir_scanner(target: Target) -> Iterator[None]:
     """A separate process re-reading every file of the log dirs, as a backup or stats script does."""
     with topic(target, "drill-scanned", assignment(target, 3)) as name, \
-            keyed_load(target.bootstrap, [name], rate=3000):
-        scanner = subprocess.Popen([sys.executable, "-c", SCANNER, *target.log_dirs], cwd=target.log_dirs[0],
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            yield
-        finally:
-            scanner.kill()
-            scanner.wait(30)
+            keyed_load(target.bootstrap, [name], rate=3000), scanner(target.log_dirs):
+        yield
 
 
 @contextmanager
