@@ -12,10 +12,11 @@ from kdiag import lab
 from kdiag.lab_jars import LabError
 from kdiag.drill_faults import Target
 from kdiag.drills import BY_NAME, DRILLS, Drill
+from kdiag.quote import printable_lines
 
 
 def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(printable_lines(message), file=sys.stderr, flush=True)
 
 
 def lab_target() -> Target:
@@ -85,7 +86,7 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=1))
     else:
-        print(table(results), end="")
+        print(printable_lines(table(results)), end="")  # errors and subjects come from the cluster
     if args.html:
         sections = [(r.timeline, _note(r)) for r in results if r.timeline]
         Path(args.html).write_text(render("kdiag drills", sections))

@@ -1,4 +1,4 @@
-"""Bounded quoting of user values for error messages, so no input can make a message large."""
+"""Outside values made safe to show: bounded quoting for error messages, control characters escaped for terminals."""
 
 from __future__ import annotations
 
@@ -29,3 +29,20 @@ def quote(value: Any, limit: int = LIMIT) -> str:
 def cut(text: str, limit: int = LIMIT) -> str:
     """text, or its first `limit` characters ending in '...'."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """text with every character a terminal or a line split would act on shown as \\xNN, \\uNNNN or \\UNNNNNNNN."""
+    # Not printable: C0 and C1 controls (ESC, CR, NEL), DEL, line and paragraph separators, format characters (bidi
+    # overrides), lone surrogates (undecodable bytes) and every other space or unassigned code point.
+    return text if text.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def printable_lines(text: str) -> str:
+    """Multi-line text made printable line by line: its newlines stay, any other control character is escaped."""
+    return "\n".join(map(printable, text.split("\n")))
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

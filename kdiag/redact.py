@@ -1,9 +1,16 @@
-"""Other processes' command lines with their secrets masked, the way ps-style tools and process exporters show them."""
+"""Other processes' command lines with their secrets masked, the way ps-style tools and process exporters show them.
+
+Two layers: patterns mask the secret forms known in the wild (every mode, every process), and by default any process
+that is not Kafka's or kdiag's own shows only its program, flags and plain absolute paths (an allow-list): a form
+no pattern knows stays masked.
+"""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
+import os
 import re
 import shlex
 
@@ -17,29 +24,64 @@ SCRIPTS_MAX = 16384  # characters of scripts parsed word by word (shlex is slow)
 SCRIPT_DEPTH_MAX = 3
 
 # Over-redaction is deliberate: `--keyspace V` or `mkdir -p DIR` lose their value rather than risk a password.
-_SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|credential|auth", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"pass|pwd|secret|token|key|credential|auth|cookie|session|bearer|jwt|signature|private",
+                          re.IGNORECASE)
+# Short names that are secrets only as a whole word of a name (--pw, sig=, --pin, but not --design or --spinner).
+_SECRET_PARTS = {"pw", "sig", "pin", "otp"}
+_NAME_PARTS = re.compile(r"[^a-z0-9]+")
 # Every pattern starts at a boundary and never backtracks (possessive quantifiers): linear in the argument's length.
-# scheme://user:password@ (the password may hold '/' or ':'); scheme://user@ only for http(s), where it is a token.
-_URL_PASSWORD = re.compile(r"(?<![\w+.-])(?P<head>[A-Za-z][\w+.-]*+://[^\s/@:]*+):[^\s@]*+@")
+# What comes before a password that runs to the last '@' before a stop (mysql://app:p@ss@host), and the stop:
+# scheme://user: (the password may hold '/' or ':'), and user: or user/ with no scheme (Go's root:pw@tcp(host)/db,
+# Oracle's scott/tiger@db).
+_URL_USER = re.compile(r"(?<![\w+.-])[A-Za-z][\w+.-]*+://[^\s/@:]*+:"), re.compile(r"\s")
+_USER = re.compile(r"""(?:^|(?<=[\s=,;'"(]))[\w.+%-]++[:/]"""), re.compile(r"[\s/]")
+_AT = re.compile("@")
+# scheme://user@ only for http(s), where the user is a token.
 _URL_TOKEN = re.compile(r"(?<![\w+.-])(?P<head>https?://)[^\s/@:]++@", re.IGNORECASE)
 _QUERY_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[\w.-]++)=)[^&;#\s]*+")
-_JSON_PAIR = re.compile(r'(?P<head>"(?P<name>[\w.-]++)"\s*+:\s*+")[^"]*+"')
+# name=value inside a word or script: connect(password='x'), f(a=1, token="t"), {password=x}, npm's //host/:_authToken=t.
+_KEYWORD = re.compile(r"""(?P<head>(?:^|(?<=[(,{:\s]))(?P<name>[A-Za-z_][\w.-]*+)\s*+=\s*+)(?:'[^']*+'|"[^"]*+"|[^\s&;#'"]*+)""")
+# "name": value of JSON and 'name': value of a Python dict, the value a string or not.
+_PAIR = re.compile(r"""(?P<head>(?P<q>["'])(?P<name>[\w.-]++)(?P=q)\s*+:\s*+)(?:"[^"]*+"|'[^']*+'|[^\s,}\]'"]++)""")
+# Secrets whose shape tells what they are wherever they appear: AWS key ids, GitHub, Slack, Google, Stripe, JWTs.
+_SECRET_SHAPE = re.compile(r"(?<![\w-])(?:(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}|gh[pousr]_[A-Za-z0-9]{20,}+"
+                           r"|github_pat_\w{20,}+|xox[abposr]-[\w-]{10,}+|AIza[\w-]{30,}+|[sr]k_(?:live|test)_\w{10,}+"
+                           r"|eyJ[\w-]{4,}+\.[\w-]{4,}+\.[\w-]*+)")
 _NAME = re.compile(r"-{0,2}[A-Za-z_][\w.-]*+")
 _FLAG = re.compile(r"-{1,2}(?P<name>[A-Za-z][\w.-]*+)")
 _HEADER = re.compile(r"(?P<name>[\w-]++):\s*+\S.*", re.DOTALL)
-_USER_FLAGS = {"-u", "--user", "--proxy-user", "-U"}  # curl style user:password
+_USER_FLAGS = {"-u", "--user", "--proxy-user", "-U"}  # user:password (curl), user%password (smbclient), user,password (lftp)
+_USER_SEPARATOR = re.compile(r"[:%,]")
 # Flags that take a password only in some programs (`cp -a` keeps its value): active once the program's word is seen.
-PROGRAM_SECRET_FLAGS = {"redis-cli": {"-a"}, "redis-benchmark": {"-a"}, "keydb-cli": {"-a"}, "valkey-cli": {"-a"}}
+PROGRAM_SECRET_FLAGS = {"redis-cli": {"-a"}, "redis-benchmark": {"-a"}, "keydb-cli": {"-a"}, "valkey-cli": {"-a"},
+                        "openssl": {"-k"}, "sqlcmd": {"-P"}, "bcp": {"-P"}, "zip": {"-P"}, "unzip": {"-P"},
+                        "ldapsearch": {"-w"}, "ldapmodify": {"-w"}, "ldapadd": {"-w"}, "ldapdelete": {"-w"},
+                        "curl": {"-b"}, "http": {"-a"}, "https": {"-a"}, "ssh-keygen": {"-N", "-P"},
+                        "mosquitto_pub": {"-P"}, "mosquitto_sub": {"-P"}}
+# A setting's name as a word of its own: `aws configure set aws_secret_access_key V`, `CONFIG SET requirepass V`.
+_SETTING = re.compile(r"[A-Za-z][\w.]*+")
 _SPACE = re.compile(r"\s")
 _WORD_SEPARATORS = re.compile(r"[\s'\"]+")
 
 # What the word after a flag is: nothing special, a secret value, or user:password.
 PLAIN, SECRET, USERPASS = 0, 1, 2
 
+# processes.cmdline: the allow-list (default), every argument with only the known secret forms masked, or no label.
+MASKED, FULL, OFF = "masked", "full", "off"
+CMDLINE_MODES = (MASKED, FULL, OFF)
+# Main classes of Kafka's JVMs: kafka.Kafka, kafka.tools.*, org.apache.kafka.tools.* (the perf tests), connect.
+_KAFKA_CLASS = re.compile(r"(?:org\.apache\.)?kafka\.[\w.$]++")
+# What the allow-list shows of other processes: a program word, flags (--name, -la, -Xmx6G, - and --) and plain
+# absolute paths (which files and dirs a process works on is what the foreign_io_scanner rule needs).
+_PROGRAM = re.compile(r"[\w.+:-]++")
+_PLAIN_FLAG = re.compile(r"-{1,2}(?:[A-Za-z][\w.-]*+)?")
+_PLAIN_PATH = re.compile(r"/[\w./-]*+")
+_FLAG_HEAD = re.compile(r"--|-[A-Za-z]?")
+
 
 def is_secret_name(name: str) -> bool:
     """Whether an option, variable or header name says its value is a secret."""
-    return bool(_SECRET_NAME.search(name))
+    return bool(_SECRET_NAME.search(name)) or not _SECRET_PARTS.isdisjoint(_NAME_PARTS.split(name.lower()))
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -67,8 +109,8 @@ def _redact(argv: list[str], depth: int) -> tuple[list[str], int]:
             out.append(MASK)
             # A value that is itself a secret flag (`-p -p PASSWORD`) masks what follows too.
             expect = SECRET if _redact_word(arg, depth)[1] == SECRET else PLAIN
-        elif expect == USERPASS and ":" in arg:
-            out.append(f"{arg.split(':', 1)[0]}:{MASK}")
+        elif expect == USERPASS and _USER_SEPARATOR.search(arg):
+            out.append(_mask_password(arg))
             expect = PLAIN
         elif arg in secret_flags:
             out.append(arg)
@@ -77,20 +119,31 @@ def _redact(argv: list[str], depth: int) -> tuple[list[str], int]:
             secret_flags |= PROGRAM_SECRET_FLAGS.get(arg.rsplit("/", 1)[-1], set())
             masked, expect = _redact_word(arg, depth)
             out.append(masked)
+            if i and _SETTING.fullmatch(arg) and is_secret_name(arg):
+                expect = SECRET
     return out, expect
 
 
 def _redact_word(arg: str, depth: int) -> tuple[str, int]:
     """One argument masked, and what the next argument is."""
     arg = arg.strip()  # a quoted word of a script may keep the blanks around it
-    arg = _URL_PASSWORD.sub(rf"\g<head>:{MASK}@", arg)
+    arg = _SECRET_SHAPE.sub(MASK, arg)
+    arg = _mask_passwords(arg, *_URL_USER)
     arg = _URL_TOKEN.sub(rf"\g<head>{MASK}@", arg)
+    arg = _mask_passwords(arg, *_USER)
     arg = _QUERY_PARAM.sub(_mask_named, arg)
-    arg = _JSON_PAIR.sub(lambda m: _mask_named(m, '"'), arg)
+    arg = _KEYWORD.sub(_mask_named, arg)
+    arg = _PAIR.sub(lambda m: _mask_named(m, m["q"], m["q"]), arg)
     # A secret value may hold blanks (--password='a b c'): the whole of it goes before the argument counts as a script.
-    name = arg.split("=", 1)[0]
-    if "=" in arg and _NAME.fullmatch(name) and is_secret_name(name):
+    name, _, value = arg.partition("=")
+    if value and _NAME.fullmatch(name) and is_secret_name(name):
         return f"{name}={MASK}", PLAIN
+    if value and _NAME.fullmatch(name) and _is_secret_header(value):  # --header=Authorization: Bearer T
+        return f"{name}={_redact_header(value)}", PLAIN
+    if _is_secret_header(arg):
+        return _redact_header(arg), PLAIN
+    if arg[:2] in _USER_FLAGS and len(arg) > 2 and _USER_SEPARATOR.search(arg):  # curl -uadmin:password
+        return _mask_password(arg), PLAIN
     flag = _FLAG.fullmatch(arg)
     expect = SECRET if arg == "-p" or (flag and is_secret_name(flag["name"])) else PLAIN
     if arg.startswith("-p") and len(arg) > 2 and not arg.startswith("--"):
@@ -105,6 +158,23 @@ def _redact_word(arg: str, depth: int) -> tuple[str, int]:
     return arg, expect
 
 
+def _mask_passwords(text: str, head: re.Pattern, stop: re.Pattern) -> str:
+    """text with what runs from each head to the last '@' before the next stop masked."""
+    if "@" not in text:
+        return text
+    # Found by bisection, not by a regex scanning on from every head: a word of 4,000 heads and no '@' stays linear.
+    ats = [m.start() for m in _AT.finditer(text)]
+    stops = [m.start() for m in stop.finditer(text)]
+    out, done = [], 0
+    for m in head.finditer(text):
+        end = stops[i] if (i := bisect.bisect_left(stops, m.end())) < len(stops) else len(text)
+        at = ats[bisect.bisect_left(ats, end) - 1] if ats and ats[0] < end else -1
+        if m.start() >= done and at >= m.end():
+            out += [text[done:m.end()], MASK]
+            done = at
+    return "".join(out) + text[done:]
+
+
 def _is_json(text: str) -> bool:
     """Whether text is a JSON object or array."""
     if not text.lstrip().startswith(("{", "[")):
@@ -116,17 +186,33 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def _mask_named(match: re.Match, tail: str = "") -> str:
-    """A name=value (or "name": "value") match with the value masked when the name says secret."""
-    return match["head"] + MASK + tail if is_secret_name(match["name"]) else match[0]
+def _mask_named(match: re.Match, before: str = "", after: str = "") -> str:
+    """A name=value (or "name": value) match with the value masked (quoted so) when the name says secret."""
+    return match["head"] + before + MASK + after if is_secret_name(match["name"]) else match[0]
+
+
+def _mask_password(userpass: str) -> str:
+    """user:password (or user%password, user,password) with the password masked."""
+    separator = _USER_SEPARATOR.search(userpass)
+    return userpass[: separator.end()] + MASK if separator else userpass
+
+
+def _is_secret_header(text: str) -> bool:
+    """Whether text is an HTTP header (Name: value) whose name says its value is a secret."""
+    return bool((header := _HEADER.fullmatch(text)) and is_secret_name(header["name"]))
+
+
+def _redact_header(text: str) -> str:
+    """An HTTP header with its value masked."""
+    return f"{text.split(':', 1)[0]}: {MASK}"
 
 
 def _redact_assignment(arg: str) -> str:
     """NAME=VALUE (also --opt=k.password=v): everything after the first secret-named part is masked."""
     parts = arg.split("=")
     name = parts[0]
-    if name in _USER_FLAGS and ":" in parts[1]:
-        return f"{name}={parts[1].split(':', 1)[0]}:{MASK}"
+    if name in _USER_FLAGS and _USER_SEPARATOR.search(parts[1]):
+        return f"{name}={_mask_password(parts[1])}"
     for i, part in enumerate(parts[:-1]):
         if is_secret_name(part):
             return "=".join(parts[: i + 1]) + "=" + MASK
@@ -135,8 +221,6 @@ def _redact_assignment(arg: str) -> str:
 
 def _redact_script(text: str, depth: int) -> tuple[str, int]:
     """An argument made of words (`sh -c "..."`, a rewritten process title, an HTTP header) masked word by word."""
-    if (header := _HEADER.fullmatch(text)) and is_secret_name(header["name"]):
-        return f"{header['name']}: {MASK}", PLAIN
     try:
         # Quoted words may hold words of their own (sh -c "su -c '...'"); past a few levels, plain words.
         words = shlex.split(text) if depth < SCRIPT_DEPTH_MAX else _plain_words(text)
@@ -151,21 +235,50 @@ def _plain_words(text: str) -> list[str]:
     return [w for w in _WORD_SEPARATORS.split(text) if w]
 
 
+def is_kafka_or_kdiag(argv: list[str]) -> bool:
+    """Whether argv runs a Kafka JVM (broker, tool, perf test) or kdiag: command lines whose forms are known."""
+    program = os.path.basename(argv[0]) if argv else ""
+    script = os.path.basename(argv[1]) if len(argv) > 1 else ""
+    python_kdiag = program.startswith("python") and (script == "kdiag" or argv[1:3] == ["-m", "kdiag"])
+    return program == "kdiag" or python_kdiag or any(map(_KAFKA_CLASS.fullmatch, argv))
+
+
+def mask_argv(argv: list[str]) -> list[str]:
+    """argv as shown by default: Kafka's and kdiag's with their secrets masked, any other as program, flags and paths."""
+    redacted = redact_argv(argv)
+    if not redacted or is_kafka_or_kdiag(argv):
+        return redacted
+    program, *title = redacted[0].split(None, 1) or [""]  # a rewritten title: "postgres: alice db 10.0.0.1 idle"
+    shown = program if not program or _PROGRAM.fullmatch(program) or _PLAIN_PATH.fullmatch(program) else MASK
+    return [" ".join([shown, *(MASK for _ in title)]), *map(_allowed, redacted[1:])]
+
+
+def _allowed(arg: str) -> str:
+    """One argument as the allow-list shows it: a flag or a plain absolute path as is, any value masked."""
+    if _PLAIN_FLAG.fullmatch(arg) or _PLAIN_PATH.fullmatch(arg):
+        return arg
+    name, equals, value = arg.partition("=")
+    if equals and _PLAIN_FLAG.fullmatch(name):
+        return f"{name}={value if _PLAIN_PATH.fullmatch(value) else MASK}"
+    head = _FLAG_HEAD.match(arg)
+    return (head[0] if head else "") + MASK
+
+
 def redact_cmdline_file(text: str) -> str:
-    """A NUL-separated /proc/PID/cmdline with its secrets masked, still NUL-separated."""
+    """A NUL-separated /proc/PID/cmdline as a recording keeps it (masked, whatever the config), still NUL-separated."""
     args = text.split("\0")
     trailing = args[-1] == ""
-    masked = redact_argv(args[:-1] if trailing else args)
+    masked = mask_argv(args[:-1] if trailing else args)
     return "\0".join(masked) + ("\0" if trailing and masked else "")
 
 
-def cmdline_label(argv: list[str], mode: str = "redacted", limit: int = LABEL_MAX) -> str:
-    """The command line as a label: masked (mode redacted) or as is (full), cut to limit characters."""
+def cmdline_label(argv: list[str], mode: str = MASKED, limit: int = LABEL_MAX) -> str:
+    """The command line as a label, masked or (full) with only its known secret forms masked, cut to limit characters."""
     return _cmdline_label(tuple(argv), mode, limit)
 
 
 @functools.lru_cache(maxsize=256)
 def _cmdline_label(argv: tuple[str, ...], mode: str, limit: int) -> str:
     # The same few processes are labelled every cycle, and a JVM's command line is kilobytes of classpath.
-    text = " ".join(redact_argv(list(argv)) if mode == "redacted" else argv)
+    text = " ".join(mask_argv(list(argv)) if mode == MASKED else redact_argv(list(argv)))
     return text if len(text) <= limit else text[: limit - 3] + "..."

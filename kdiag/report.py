@@ -1,4 +1,8 @@
-"""The text form of a diagnosis: causes grouped under the symptoms they explain (on the same broker)."""
+"""The text form of a diagnosis: causes grouped under the symptoms they explain (on the same broker).
+
+Subjects, summaries, evidence, the host name and source errors carry outside strings (process names and command
+lines, topic names, group ids, paths): each is printable() here, so none can move the cursor or retitle the terminal.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import time
 
 from kdiag.engine import Diagnosis
 from kdiag.pipeline import State
+from kdiag.quote import printable
 
 
 def _when(t: float) -> str:
@@ -13,14 +18,14 @@ def _when(t: float) -> str:
 
 
 def _value(v: float | str) -> str:
-    return v if isinstance(v, str) else f"{v:.4g}"
+    return printable(v) if isinstance(v, str) else f"{v:.4g}"
 
 
 def _block(d: Diagnosis, indent: str) -> list[str]:
-    head = f"{indent}{d.rule.kind.upper()} {d.rule.id} [{d.rule.severity}, {d.state} since {_when(d.since)}] {d.subject}"
-    lines = [head, f"{indent}  {d.summary}"]
+    head = f"{indent}{d.rule.kind.upper()} {d.rule.id} [{d.rule.severity}, {d.state} since {_when(d.since)}] {printable(d.subject)}"
+    lines = [head, f"{indent}  {printable(d.summary)}"]
     if d.evidence:
-        lines.append(f"{indent}  evidence: " + ", ".join(f"{k}={_value(v)}" for k, v in d.evidence.items()))
+        lines.append(f"{indent}  evidence: " + ", ".join(f"{printable(k)}={_value(v)}" for k, v in d.evidence.items()))
     lines.append(f"{indent}  fix: {d.rule.remediation}")
     return lines
 
@@ -30,7 +35,7 @@ def render_text(state: State) -> str:
     symptoms = [d for d in state.diagnoses if d.rule.kind == "symptom"]
     causes = [d for d in state.diagnoses if d.rule.kind == "cause"]
     lints = [d for d in state.diagnoses if d.rule.kind == "lint"]
-    lines = [f"kdiag on {state.host} at {_when(state.time)}: "
+    lines = [f"kdiag on {printable(state.host)} at {_when(state.time)}: "
              f"{len(causes)} causes, {len(symptoms)} symptoms, {len(lints)} lints"]
     if not state.diagnoses:
         lines.append("nothing to report: no rule holds")
@@ -56,5 +61,5 @@ def render_text(state: State) -> str:
             lines += _block(d, "  ")
     failed = sorted(n for n, h in state.health.items() if not h.success)
     if failed:
-        lines += ["", "sources that could not be read: " + "; ".join(f"{n} ({state.health[n].error})" for n in failed)]
+        lines += ["", "sources that could not be read: " + "; ".join(f"{n} ({printable(state.health[n].error)})" for n in failed)]
     return "\n".join(lines) + "\n"

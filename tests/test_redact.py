@@ -1,10 +1,22 @@
-"""Command line redaction: each secret form masked, everything else left as it was."""
+"""Command line redaction: each secret form masked, everything else left as it was; other processes allow-listed."""
 
 from __future__ import annotations
 
 import pytest
 
-from kdiag.redact import ARG_MAX, ARGS_MAX, LABEL_MAX, SCRIPTS_MAX, TOTAL_MAX, cmdline_label, redact_argv, redact_cmdline_file
+from kdiag.redact import (
+    ARG_MAX,
+    ARGS_MAX,
+    FULL,
+    LABEL_MAX,
+    MASKED,
+    SCRIPTS_MAX,
+    TOTAL_MAX,
+    cmdline_label,
+    mask_argv,
+    redact_argv,
+    redact_cmdline_file,
+)
 
 CASES = [
     # (argv, masked argv)
@@ -64,7 +76,39 @@ def test_the_label_is_masked_full_or_bounded() -> None:
     argv = ["app", "--password=x", *(["/data/kafka-logs/topic-0"] * 20)]
     label = cmdline_label(argv)
     assert len(label) == LABEL_MAX and label.endswith("...") and label.startswith("app --password=*** /data")
-    assert cmdline_label(["app", "--password=x"], "full") == "app --password=x"
+    # full shows every value, but still none of a known secret form.
+    assert cmdline_label(["app", "--password=x", "--every", "15m"], FULL) == "app --password=*** --every 15m"
+    assert cmdline_label(["app", "--password=x", "--every", "15m"], MASKED) == "app --password=*** --every ***"
+
+
+ALLOWED = [
+    # (argv, what the default masked form shows): the program, flags and plain absolute paths; no other value.
+    (["python3", "/opt/ops/dir_stats.py", "--every", "15m"], ["python3", "/opt/ops/dir_stats.py", "--every", "***"]),
+    (["tar", "czf", "/backup/k.tgz", "/data/kafka-logs", "--exclude=*.index", "--files-from=/etc/list"],
+     ["tar", "***", "/backup/k.tgz", "/data/kafka-logs", "--exclude=***", "--files-from=/etc/list"]),
+    (["/usr/bin/mytool", "-xHunter2", "-q:Hunter2", "--odd:Hunter2", "-", "--", "Hunter2"],
+     ["/usr/bin/mytool", "-xHunter2", "-q***", "--***", "-", "--", "***"]),  # a glued value no pattern knows shows
+    (["postgres: alice orders 10.0.0.7(5432) idle"], ["postgres: ***"]),
+    (["sshd: root@pts/0"], ["sshd: ***"]),
+    (["\x1b]0;pwned\x07", "x"], ["***", "***"]),
+    (["mysql", "-uroot", "-phunter2", "orders"], ["mysql", "-uroot", "-p***", "***"]),
+    # Kafka's JVMs and kdiag keep their arguments: only the known secret forms are masked.
+    (["java", "-Xmx6G", "-Djavax.net.ssl.keyStorePassword=ks", "-cp", "/opt/kafka/libs/*", "kafka.Kafka", "server.properties"],
+     ["java", "-Xmx6G", "-Djavax.net.ssl.keyStorePassword=***", "-cp", "/opt/kafka/libs/*", "kafka.Kafka", "server.properties"]),
+    (["java", "-cp", "libs/*", "org.apache.kafka.tools.ProducerPerformance", "--topic", "t", "--num-records", "10"],
+     ["java", "-cp", "libs/*", "org.apache.kafka.tools.ProducerPerformance", "--topic", "t", "--num-records", "10"]),
+    (["/usr/bin/python3", "/usr/local/bin/kdiag", "run", "--config", "kdiag.yaml"],
+     ["/usr/bin/python3", "/usr/local/bin/kdiag", "run", "--config", "kdiag.yaml"]),
+    (["python3", "-m", "kdiag", "record", "-o", "rec"], ["python3", "-m", "kdiag", "record", "-o", "rec"]),
+    ([], []),
+]
+
+
+@pytest.mark.parametrize(("argv", "shown"), ALLOWED, ids=[" ".join(a)[:40] for a, _ in ALLOWED])
+def test_other_processes_show_only_their_program_flags_and_paths(argv: list[str], shown: list[str]) -> None:
+    assert mask_argv(argv) == shown
+    assert mask_argv(shown) == shown  # a recording holds this form: replaying it changes nothing
+    assert redact_cmdline_file("".join(a + "\0" for a in argv)) == "".join(a + "\0" for a in shown)
 
 
 def test_hostile_shapes_are_bounded_and_never_half_masked() -> None:

@@ -12,7 +12,7 @@ from kdiag.collectors._procutil import malformed, parse_key_values, read_source
 from kdiag.collectors.blockdev import disks_behind
 from kdiag.collectors.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 from kdiag.collectors.mounts import device_for_path, parse_mounts
-from kdiag.redact import cmdline_label
+from kdiag.redact import MASKED, OFF, cmdline_label
 from kdiag.root import Root
 from kdiag.sample import COUNTER, GAUGE, Sample, sample
 
@@ -180,9 +180,9 @@ class ProcessesCollector:
     help = HELP
 
     def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
-                 cmdline: str = "redacted"):
+                 cmdline: str = MASKED):
         self.top_n = top_n
-        self.cmdline = cmdline  # redacted | off | full
+        self.cmdline = cmdline  # processes.cmdline: masked | full | off
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
         # (pid, start time) -> (read_bytes, rchar, cpu ticks) at the last collect; start time tells a reused pid.
@@ -292,14 +292,14 @@ def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
     return samples
 
 
-def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = "redacted") -> list[Sample]:
+def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = MASKED) -> list[Sample]:
     """The per-process series of one chosen process; the cmdline label is masked, full, or left out (off)."""
     labels = {"pid": p.pid, "comm": p.stat.comm}
     # A broker's log dirs are its own, whether or not its links were followed this time.
     # `du -sh /data` walks the log dirs below its argument; a process merely working in /data or $HOME does not.
     touched = (is_broker(p.argv) and bool(log_dirs)) or touches(path_arguments(p.argv), log_dirs) or touches(
         [d.cwd, *d.fd_targets], log_dirs, ancestors=False)
-    info = {} if cmdline == "off" else {"cmdline": cmdline_label(p.argv, cmdline)}
+    info = {} if cmdline == OFF else {"cmdline": cmdline_label(p.argv, cmdline)}
     return [
         sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
         sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
