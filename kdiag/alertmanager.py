@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kdiag.alerts import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
+from kdiag.exporter import label_value
 from kdiag.http_client import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
 from kdiag.scope import diagnosis_labels, explains_labels, exported
 
@@ -31,11 +32,17 @@ def timestamp(t: float) -> str:
 def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, str]:
     """The labels of a diagnosis's alert, those the inhibitions match on as in the generated Prometheus alerts.
 
-    A cluster-scope alert has no `instance`: whichever daemon reports it, it is the same alert.
+    A cluster-scope alert has no `instance`: whichever daemon reports it, it is the same alert. Values are in their
+    /metrics form (label_value), so Prometheus's alert and this push are one alert to Alertmanager.
     """
     labels = {k: v for k, v in diagnosis_labels(d, cluster).items() if k != "kind"}
-    return {"alertname": alert_name(d.rule.id), **labels, "kdiag_class": d.rule.kind,
-            **({"instance": instance} if d.rule.scope == "host" else {})}
+    return exported_labels({"alertname": alert_name(d.rule.id), **labels, "kdiag_class": d.rule.kind,
+                            **({"instance": instance} if d.rule.scope == "host" else {})})
+
+
+def exported_labels(labels: dict[str, str]) -> dict[str, str]:
+    """Labels with their values as /metrics shows them."""
+    return {k: label_value(v) for k, v in labels.items()}
 
 
 def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:
@@ -126,8 +133,8 @@ class AlertPusher:
                                                   "startsAt": timestamp(d.since)}
                 # The inhibition sources the generated Alertmanager config matches, as Prometheus would send them.
                 for source in explains_labels(d, state.cluster):
-                    labels = {"alertname": EXPLAINS_ALERT, **source, "kdiag_class": INHIBITOR_CLASS,
-                              **({"instance": self.instance} if d.rule.scope == "host" else {})}
+                    labels = exported_labels({"alertname": EXPLAINS_ALERT, **source, "kdiag_class": INHIBITOR_CLASS,
+                                              **({"instance": self.instance} if d.rule.scope == "host" else {})})
                     firing[(d.rule.id, d.subject, source.get("broker", ""))] = {
                         "labels": labels, "annotations": {}, "startsAt": timestamp(d.since)}
         for key, alert in self._firing.items():

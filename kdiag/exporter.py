@@ -7,6 +7,7 @@ import gzip
 import json
 import logging
 import time
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -20,6 +21,8 @@ from kdiag.scope import diagnosis_labels, explains_labels, exported, with_cluste
 
 log = logging.getLogger(__name__)
 MAX_REASON = 300
+RENDER_ERRORS = "kdiag_render_errors_total"
+RENDER_ERRORS_HELP = "cycles in which a metric family could not be rendered and was left out of /metrics (logged)"
 SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
 
 
@@ -38,10 +41,35 @@ def exposition_type(s: Sample) -> str:
     return "counter" if s.kind in (COUNTER, COUNTER32) and s.name.endswith("_total") else "gauge"
 
 
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def label_value(value: str) -> str:
+    """A label value as kdiag exports it: each character str.isprintable() rejects as \\xNN, \\uNNNN or \\UNNNNNNNN text.
+
+    prometheus_client escapes only backslash, quote and newline; the other line breaks (\\r, \\x1c-\\x1e, \\x85,
+    \\u2028, ...) would split the cached lines, terminal controls reach whoever reads /metrics, and a lone surrogate
+    cannot be encoded at all. Process names, group ids and topics come from anyone: they are data, printed as text.
+    """
+    return value if value.isprintable() else "".join(c if c.isprintable() else _escaped(c) for c in value)
+
+
+class ExportedMetric(Metric):
+    """A metric family whose label values are added in their exported form (label_value)."""
+
+    def add_sample(self, name: str, labels: dict[str, str], value: float, *args, **kwargs) -> None:
+        """Add a sample, its label values made printable."""
+        if not all(v.isprintable() for v in labels.values()):
+            labels = {k: label_value(v) for k, v in labels.items()}
+        super().add_sample(name, labels, value, *args, **kwargs)
+
+
 def _family(name: str, kind: str, help_text: str) -> Metric:
     # prometheus_client names counter families without the _total suffix it adds to each sample.
     base = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
-    return Metric(base, help_text, kind)
+    return ExportedMetric(base, help_text, kind)
 
 
 class _Families:
@@ -85,6 +113,9 @@ class FamilyCache:
     def __init__(self) -> None:
         self._rendered: dict[str, _Text] = {}
         self._grouped: list[tuple[list[Sample], dict[str, list[Sample]]]] = []
+        self.render_errors: dict[str, float] = {}  # family -> cycles it was left out of
+        self._failed: set[str] = set()  # families left out of the last cycle (logged once per streak)
+        self._failing: set[str] = set()  # families left out of this cycle so far
 
     def groups(self, sources: list[list[Sample]]) -> list[dict[str, list[Sample]]]:
         """Each source's samples by family; a source seen at the last call (the same list) is not grouped again."""
@@ -99,6 +130,7 @@ class FamilyCache:
         for groups in self.groups(sources):
             for family, members in groups.items():
                 parts.setdefault(family, []).append(members)
+        self._failed, self._failing = self._failing, set()
         rendered = {}
         for family, lists in parts.items():
             # A carried family is the same list cycle after cycle: comparing it costs an identity check.
@@ -107,17 +139,42 @@ class FamilyCache:
             if previous and previous.key == key:
                 rendered[family] = previous
                 continue
-            members = [s for m in lists for s in m]
-            series = [(s.name, s.labels) for s in members]
-            if previous and previous.prefixes and previous.key[1:] == key[1:] and previous.series == series:
-                values = zip(previous.prefixes, members, strict=True)
-                lines = "".join([p + floatToGoString(s.value) + "\n" for p, s in values])
-                rendered[family] = _Text(key, (previous.header + lines).encode(), series, previous.header,
-                                         previous.prefixes)
-            else:
-                rendered[family] = _render(family, members, key, series)
+            try:
+                rendered[family] = _rerender(family, previous, key, lists)
+            except Exception as e:  # one family that cannot be rendered never holds back the cycle
+                self._leave_out(family, e)
         self._rendered = rendered
         return b"".join(r.text for r in rendered.values())
+
+    def render_families(self, families: Iterable[Metric]) -> bytes:
+        """Each family's exposition (one that fails is left out and counted), then kdiag_render_errors_total."""
+        texts = []
+        for family in families:
+            try:
+                texts.append(generate_latest(_Families([family])))
+            except Exception as e:  # as in render()
+                self._leave_out(family.name + ("_total" if family.type == "counter" else ""), e)
+        errors = ExportedMetric(RENDER_ERRORS.removesuffix("_total"), RENDER_ERRORS_HELP, "counter")
+        for family, count in sorted(self.render_errors.items()):
+            errors.add_sample(RENDER_ERRORS, {"family": family}, count)
+        return b"".join(texts) + generate_latest(_Families([errors]))
+
+    def _leave_out(self, family: str, error: Exception) -> None:
+        if family not in self._failed:
+            log.warning("metric family %s left out of /metrics: %s: %s", family, type(error).__name__, str(error)[:MAX_REASON])
+        self._failing.add(family)
+        self.render_errors[family] = self.render_errors.get(family, 0.0) + 1
+
+
+def _rerender(family: str, previous: _Text | None, key: tuple, lists: list[list[Sample]]) -> _Text:
+    """A family's new text: its cached line prefixes with the new values while its series stay the same, else rendered."""
+    members = [s for m in lists for s in m]
+    series = [(s.name, s.labels) for s in members]
+    if previous and previous.prefixes and previous.key[1:] == key[1:] and previous.series == series:
+        values = zip(previous.prefixes, members, strict=True)
+        lines = "".join([p + floatToGoString(s.value) + "\n" for p, s in values])
+        return _Text(key, (previous.header + lines).encode(), series, previous.header, previous.prefixes)
+    return _render(family, members, key, series)
 
 
 def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[str, tuple]]) -> _Text:
@@ -126,7 +183,8 @@ def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[s
     for s in with_cluster(members, key[2]):
         fam.add_sample(s.name, dict(s.labels), s.value)
     text = generate_latest(_Families([fam]))
-    lines = text.decode().splitlines(keepends=True)
+    # Only \n ends a line: prometheus_client escapes it in label values and HELP (str.splitlines breaks on more).
+    lines = [line + "\n" for line in text.decode().split("\n")[:-1]]
     header = "".join(line for line in lines if line.startswith("#"))
     samples = [line for line in lines if not line.startswith("#")]
     # A value has no space, whatever the labels hold: the prefix ends at the line's last space.
@@ -144,18 +202,19 @@ class StateCollector:
     def collect(self):
         """Collector health, the series the cap dropped, and diagnoses, as metric families."""
         yield from self._health()
-        dropped = Metric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
+        dropped = ExportedMetric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
         dropped.add_sample(DROPPED, {}, self.dropped_total)
         yield dropped
         yield from self._diagnoses()
 
     def _health(self):
-        success = Metric("kdiag_collector_success", f"1 when the collector's last run succeeded; {SCHEDULE_NOTE}", "gauge")
-        duration = Metric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}", "gauge")
-        last = Metric("kdiag_collector_last_success_timestamp_seconds",
-                      f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
-        error = Metric("kdiag_collector_last_error_info", "why the collector is failing now (always 1; absent while it works)",
-                       "gauge")
+        success = ExportedMetric("kdiag_collector_success", f"1 when the collector's last run succeeded; {SCHEDULE_NOTE}", "gauge")
+        duration = ExportedMetric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}",
+                                  "gauge")
+        last = ExportedMetric("kdiag_collector_last_success_timestamp_seconds",
+                              f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
+        error = ExportedMetric("kdiag_collector_last_error_info", "why the collector is failing now (always 1; absent while it works)",
+                               "gauge")
         for name, h in sorted(self.state.health.items()):
             success.add_sample("kdiag_collector_success", {"collector": name}, float(h.success))
             if not h.success and h.error:
@@ -163,23 +222,23 @@ class StateCollector:
             duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
             if h.last_success is not None:
                 last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
-        cycle = Metric("kdiag_last_cycle_timestamp_seconds",
-                       "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
+        cycle = ExportedMetric("kdiag_last_cycle_timestamp_seconds",
+                               "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
-        info = Metric("kdiag_build_info", "kdiag version", "gauge")
+        info = ExportedMetric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
-        reporting = Metric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
-                           "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
+        reporting = ExportedMetric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
+                                   "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
         reporting.add_sample("kdiag_cluster_reporting", {"cluster": self.state.cluster} if self.state.cluster else {},
                              float(self.state.reporting.reporting))
         return [success, duration, last, error, cycle, info, reporting]
 
     def _diagnoses(self):
-        active = Metric("kdiag_diagnosis_active",
-                        "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
-        evidence = Metric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
-        explains = Metric("kdiag_diagnosis_explains", "1 per broker a firing cause concerns (one series without `broker` "
-                          "when it concerns no broker): the source of the generated Alertmanager inhibitions", "gauge")
+        active = ExportedMetric("kdiag_diagnosis_active",
+                                "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
+        evidence = ExportedMetric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
+        explains = ExportedMetric("kdiag_diagnosis_explains", "1 per broker a firing cause concerns (one series without `broker` "
+                                  "when it concerns no broker): the source of the generated Alertmanager inhibitions", "gauge")
         # A cluster-scope diagnosis is exported by the elected daemon only; the others list it in /api/diagnoses.
         for d in (d for d in self.state.diagnoses if exported(d, self.state.reporting)):
             labels = diagnosis_labels(d, self.state.cluster)
@@ -195,19 +254,20 @@ class StateCollector:
 
 def failing_lines(state: State) -> bytes:
     """One line per failing collector with its reason, for /healthz."""
-    return "".join(f"{name}: {h.error[:MAX_REASON]}\n" for name, h in sorted(state.health.items())
+    return "".join(f"{label_value(name)}: {label_value(h.error[:MAX_REASON])}\n" for name, h in sorted(state.health.items())
                    if not h.success and h.error).encode()
 
 
 def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
                    dropped_total: float = 0.0) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
-    samples = (cache or FamilyCache()).render(state.sources or [state.samples], help_text, state.cluster)
+    cache = cache or FamilyCache()
+    samples = cache.render(state.sources or [state.samples], help_text, state.cluster)
+    own = cache.render_families(StateCollector(state, dropped_total).collect())
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(state, dropped_total))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
-    return samples + generate_latest(registry)
+    return samples + own + generate_latest(registry)
 
 
 class Published:

@@ -143,6 +143,16 @@ UNRECORDED_LINK = "(not recorded)"
 _CMDLINE = re.compile(r"(\d+|self)/cmdline")
 
 
+def _link_inside(base: str, rel: str) -> str | None:
+    """The text of the link at base/rel (its parents real directories) when it is relative and stays under base, else None."""
+    text = os.readlink(os.path.join(base, rel))
+    lexical = os.path.normpath(os.path.join(os.path.dirname(rel), text))
+    real = os.path.relpath(os.path.realpath(os.path.join(base, rel)), base)
+    if text.startswith("/") or lexical == ".." or lexical.startswith("../") or real == ".." or real.startswith("../"):
+        return None
+    return text
+
+
 class TeeRoot(Root):
     """The live host, copying every file, symlink and Kafka state it reads into a snapshot directory."""
 
@@ -163,13 +173,12 @@ class TeeRoot(Root):
             for part in Path(rel).parts:
                 current = os.path.normpath(os.path.join(current, part))
                 live = os.path.join(base, current)
-                if os.path.islink(live):
+                if os.path.islink(live) and (text := _link_inside(base, current)) is not None:
                     link = out / current
                     link.parent.mkdir(parents=True, exist_ok=True)
                     if not os.path.lexists(link):
-                        os.symlink(os.readlink(live), link)
-                    resolved = os.path.relpath(os.path.realpath(live), base)
-                    current = current if resolved.startswith("..") else resolved
+                        os.symlink(text, link)
+                    current = os.path.relpath(os.path.realpath(live), base)
             target = out / current
         target.parent.mkdir(parents=True, exist_ok=True)
         return target
@@ -186,12 +195,18 @@ class TeeRoot(Root):
         copy = self._copy_target(tree, rel)
         copy.mkdir(parents=True, exist_ok=True)
         if tree == "sys":
-            # sysfs listings are facts themselves (msi_irqs/N, queues/rx-N): keep their names.
+            # sysfs listings are facts themselves (msi_irqs/N, queues/rx-N, slaves/sda1): keep their names, and links
+            # as links (a replay follows slaves/ and class/net/ as live does; dangling until something reads through).
+            base = os.path.realpath(self._path(tree, ""))
+            where = os.path.relpath(copy, self.directory / tree)
             for name in names:
                 live = self._path(tree, rel) / name
-                if os.path.islink(live) or os.path.lexists(copy / name):
+                if os.path.lexists(copy / name):
                     continue
-                if live.is_dir():
+                if os.path.islink(live):
+                    if (text := _link_inside(base, os.path.join(where, name))) is not None:
+                        os.symlink(text, copy / name)
+                elif live.is_dir():
                     (copy / name).mkdir()
                 else:
                     (copy / name).touch()

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import re
 
+import errno
+from collections import Counter
+
 from kdiag.collectors._procutil import lines, malformed
 from kdiag.root import Root
+from kdiag.sample import GAUGE, Sample, sample
+
+SKIPPED = "kdiag_collector_skipped_entries"
+SKIPPED_HELP = {SKIPPED: "Entries (an interface, a block device) the collector's last run left out because reading them "
+                         "failed (gone meanwhile, or an attribute the driver refuses), by errno name."}
 
 
 def ints(tokens: list[str], source: str, lineno: int, line: str, base: int = 10) -> list[int]:
@@ -44,3 +52,13 @@ def cpu_table(text: str, source: str) -> tuple[list[str], list[tuple[int, str, s
 def interfaces(root: Root) -> list[str]:
     """Network interfaces of /sys/class/net but lo."""
     return [i for i in root.listdir("sys", "class/net") if i != "lo"]
+
+
+def skipped_samples(collector: str, skipped: Counter[str]) -> list[Sample]:
+    """kdiag_collector_skipped_entries per reason of the entries one run of a collector left out."""
+    return [sample(SKIPPED, n, GAUGE, collector=collector, reason=reason) for reason, n in sorted(skipped.items())]
+
+
+def reason(error: OSError) -> str:
+    """The errno name of an OSError (ENOENT, EACCES, ...), for kdiag_collector_skipped_entries."""
+    return errno.errorcode.get(error.errno or 0, "OSError")

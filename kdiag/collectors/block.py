@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from kdiag.collectors._procutil import is_virtual_block, malformed, read_source
+from kdiag.collectors._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.root import Root
 from kdiag.sample import GAUGE, Sample, sample
 
@@ -33,6 +35,7 @@ def parse_rotational(text: str, source: str = "queue/rotational") -> int:
 HELP = {
     "kdiag_block_rotational": "Whether the block device is rotational (1) or not (0).",
     "kdiag_block_scheduler_info": "The active I/O scheduler of the block device, value 1.",
+    **SKIPPED_HELP,
 }
 
 
@@ -43,16 +46,22 @@ class BlockCollector:
     help = HELP
 
     def collect(self, root: Root) -> list[Sample]:
-        """Samples for every device in /sys/block with a request queue, without loop/ram/zram."""
+        """Samples for every device in /sys/block with a request queue, without loop/ram/zram; a device whose queue
+        cannot be read (removed meanwhile, refused) is left out and counted."""
         samples = []
+        skipped: Counter[str] = Counter()
         for device in root.listdir("sys", "block"):
             queue = f"block/{device}/queue"
             if is_virtual_block(device) or not root.exists("sys", queue):
                 continue
-            scheduler = parse_scheduler(*read_source(root, "sys", f"{queue}/scheduler"))
-            rotational = parse_rotational(*read_source(root, "sys", f"{queue}/rotational"))
+            try:
+                scheduler = parse_scheduler(*read_source(root, "sys", f"{queue}/scheduler"))
+                rotational = parse_rotational(*read_source(root, "sys", f"{queue}/rotational"))
+            except OSError as e:
+                skipped[reason(e)] += 1
+                continue
             samples += [
                 sample("kdiag_block_rotational", rotational, GAUGE, device=device),
                 sample("kdiag_block_scheduler_info", 1, GAUGE, device=device, scheduler=scheduler),
             ]
-        return samples
+        return samples + skipped_samples(self.name, skipped)

@@ -60,7 +60,10 @@ def _msi_irqs(root: Root, name: str) -> list[str]:
     # A virtio NIC's device is the virtio device; its MSI-X vectors belong to the parent PCI function.
     for rel in (f"{device}/msi_irqs", f"{device}/../msi_irqs"):
         if root.exists("sys", rel):
-            return root.listdir("sys", rel)
+            try:
+                return root.listdir("sys", rel)
+            except OSError:
+                return []  # the interface went away since the listing
     return []
 
 

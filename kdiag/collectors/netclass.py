@@ -1,11 +1,16 @@
-"""Link speed, state, MTU and queue counts of network interfaces from /sys/class/net."""
+"""Link speed, state, MTU and queue counts of network interfaces from /sys/class/net.
+
+A bond's speed is the one its driver reports: the sum of its slaves that can transmit (the active one in
+active-backup mode), as the kernel's bonding driver computes it. A team device reports none (nics.<name>.speed_mbps).
+"""
 
 from __future__ import annotations
 
 import errno
+from collections import Counter
 
 from kdiag.collectors._procutil import malformed
-from kdiag.collectors._util import interfaces, ints
+from kdiag.collectors._util import SKIPPED_HELP, interfaces, ints, reason, skipped_samples
 from kdiag.root import Root
 from kdiag.sample import GAUGE, Sample, sample
 
@@ -35,6 +40,7 @@ HELP = {
     "kdiag_network_up": "Whether operstate is up.",
     "kdiag_network_mtu_bytes": "MTU in bytes.",
     "kdiag_network_queues": "Queues of the interface per direction (rx, tx).",
+    **SKIPPED_HELP,
 }
 
 
@@ -49,26 +55,38 @@ class NetclassCollector:
         self.speeds_mbps = speeds_mbps or {}
 
     def collect(self, root: Root) -> list[Sample]:
-        """Samples per interface; speed from the config, else as the driver reports it (left out when it reports none)."""
+        """Samples per interface; one whose files cannot be read (gone meanwhile, refused) is left out and counted."""
         samples = []
+        skipped: Counter[str] = Counter()
         for device in interfaces(root):
-            base = f"class/net/{device}"
             try:
-                speed = speed_bytes(root.read_sys(f"{base}/speed"), f"/sys/{base}/speed")
+                samples += self._interface(root, device)
             except OSError as e:
-                if e.errno not in _NO_SPEED:
-                    raise
-                speed = None
-            if device in self.speeds_mbps:
-                speed = self.speeds_mbps[device] * 125_000
-            if speed is not None:
-                samples.append(sample("kdiag_network_speed_bytes", speed, device=device))
-            up = root.read_sys(f"{base}/operstate").strip() == "up"
-            samples.append(sample("kdiag_network_up", up, GAUGE, device=device))
-            mtu = parse_value(root.read_sys(f"{base}/mtu"), f"/sys/{base}/mtu")
-            samples.append(sample("kdiag_network_mtu_bytes", mtu, device=device))
-            queues = root.listdir("sys", f"{base}/queues")
-            for direction in ("rx", "tx"):
-                count = sum(q.startswith(f"{direction}-") for q in queues)
-                samples.append(sample("kdiag_network_queues", count, device=device, direction=direction))
+                skipped[reason(e)] += 1
+        return samples + skipped_samples(self.name, skipped)
+
+    def _interface(self, root: Root, device: str) -> list[Sample]:
+        """One interface's samples; speed from the config, else as the driver reports it (left out when it reports none)."""
+        base = f"class/net/{device}"
+        samples = []
+        try:
+            speed = speed_bytes(root.read_sys(f"{base}/speed"), f"/sys/{base}/speed")
+        except NotADirectoryError:
+            return []  # a file, not an interface: bonding_masters, on every host with the bonding module loaded
+        except OSError as e:
+            if e.errno not in _NO_SPEED:
+                raise
+            speed = None
+        if device in self.speeds_mbps:
+            speed = self.speeds_mbps[device] * 125_000
+        if speed is not None:
+            samples.append(sample("kdiag_network_speed_bytes", speed, device=device))
+        up = root.read_sys(f"{base}/operstate").strip() == "up"
+        samples.append(sample("kdiag_network_up", up, GAUGE, device=device))
+        mtu = parse_value(root.read_sys(f"{base}/mtu"), f"/sys/{base}/mtu")
+        samples.append(sample("kdiag_network_mtu_bytes", mtu, device=device))
+        queues = root.listdir("sys", f"{base}/queues")
+        for direction in ("rx", "tx"):
+            count = sum(q.startswith(f"{direction}-") for q in queues)
+            samples.append(sample("kdiag_network_queues", count, device=device, direction=direction))
         return samples
