@@ -12,9 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from kdiag import __version__, alerts
+from kdiag import __version__, alerts, logsafe
 from kdiag.config import Config, ConfigError, load_config
 from kdiag.catalog import CatalogError, parse_duration
+from kdiag.quote import printable_lines
 from kdiag.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, RecordingError, record
 
 
@@ -71,6 +72,7 @@ def _run_config(args: argparse.Namespace) -> Config:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.daemon import Daemon
+    from kdiag.statefile import StateDirBusy
     from kdiag.webserver import ListenError
 
     # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
@@ -79,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     recording = Recording(args.from_) if args.from_ else None
     try:
         daemon = Daemon(config, recording, reload_config=lambda: _run_config(args))
-    except ListenError as e:
+    except (ListenError, StateDirBusy) as e:
         print(f"kdiag: {e}", file=sys.stderr)
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -258,21 +260,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and run one subcommand; errors print what to do and exit non-zero."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(logging.DEBUG if args.verbose else logging.INFO)
     # APScheduler logs every job run at INFO: once per cycle is noise, not news.
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return args.func(args)
     except CatalogError as e:
-        print(f"kdiag: the rule catalog has {len(e.errors)} error(s):\n{e}", file=sys.stderr)
+        print(f"kdiag: the rule catalog has {len(e.errors)} error(s):\n{printable_lines(str(e))}", file=sys.stderr)
         return 1
     except RecordingError as e:
-        print(f"kdiag: {e}", file=sys.stderr)
+        print(f"kdiag: {printable_lines(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:
         print("kdiag: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
         return 130
     except ConfigError as e:
-        print(f"kdiag: {e}", file=sys.stderr)
+        print(f"kdiag: {printable_lines(str(e))}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from kdiag.http_client import Authorization, BasicAuth, TLSConfig, check_setting
 from kdiag.kafka_client import ClientConfigError, ClientSettings
 from kdiag.probe_config import ProbeConfig
 from kdiag.quote import cut, quote
+from kdiag.redact import CMDLINE_MODES, MASKED
 
 
 class ConfigError(Exception):
@@ -66,7 +67,7 @@ class ProcessesConfig:
 
     top_n: int = 5
     log_dirs: list[str] = field(default_factory=list)
-    cmdline: str = "redacted"  # the kdiag_process_info cmdline label: redacted | off | full
+    cmdline: str = MASKED  # the kdiag_process_info cmdline label: masked | full | off
 
 
 @dataclass
@@ -103,6 +104,8 @@ class KafkaConfig:
     local_broker_id: int | None = None
     # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the local broker's, else the lab's.
     jmx_classpath: str = ""
+    # The user (name or uid) the local broker runs as: discovery trusts only its and root's processes and files.
+    broker_user: str = "kafka"
     # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
     client: dict[str, Any] = field(default_factory=dict, repr=False)
     jmx_username: str = ""
@@ -139,6 +142,8 @@ class KafkaConfig:
                 getattr(self, name).check(f"kafka.{name}")
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        if not re.fullmatch(r"[0-9]{1,10}|[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?", self.broker_user):
+            raise ConfigError(f"kafka.broker_user: {quote(self.broker_user)} is not a user name or uid")
         if self.jmx_username and not self.jmx_password_file:
             raise ConfigError("kafka.jmx_username: set kafka.jmx_password_file too")
         for name in ("jmx_password_file", "jmx_truststore", "jmx_truststore_password_file"):
@@ -198,8 +203,8 @@ class Config:
             raise ConfigError(f"listen: {quote(self.listen)} is not host:port")
         if self.history < 10 * self.interval:
             raise ConfigError("history: must hold at least 10 intervals")
-        if self.processes.cmdline not in ("redacted", "off", "full"):
-            raise ConfigError(f"processes.cmdline: {quote(self.processes.cmdline)} is not redacted, off or full")
+        if self.processes.cmdline not in CMDLINE_MODES:
+            raise ConfigError(f"processes.cmdline: {quote(self.processes.cmdline)} is not {', '.join(CMDLINE_MODES)}")
         try:
             self.probe.validate()
         except ValueError as e:
