@@ -70,6 +70,7 @@ PLAIN = (
     *((metric, f"kafka.server:type=BrokerTopicMetrics,name={name}", "Count", COUNTER) for name, metric in TOPIC_METERS.items()),
 )
 FLUSH = "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs"
+LATE_REFRESH = 60.0  # seconds between restarts of an old JmxTool while the broker has not flushed yet
 
 # Object names given to JmxTool. Patterns (",*" / "=*") match versions and collectors; once one
 # query is a pattern JmxTool tolerates absent exact names (a broker-only node has no KafkaController).
@@ -285,7 +286,9 @@ class KafkaJmxCollector:
         """Whether a reader must be replaced: stale or older than `refresh` while alive; dead (at most once a minute)."""
         if reader.alive():
             last = reader.latest[0] if reader.latest else reader.started
-            return now - last > self.max_age or now - reader.started > self.refresh
+            # Before 3.0 LogFlushStats registers at the first flush, and the old JmxTool takes exact names only.
+            late = reader.legacy and reader.latest is not None and not any(k.startswith(FLUSH) for k in reader.latest[1])
+            return now - last > self.max_age or now - reader.started > (min(self.refresh, LATE_REFRESH) if late else self.refresh)
         # A dead endpoint is retried once a minute, not every cycle: each try costs a JVM start.
         return now - reader.started > self.restart_after
 
