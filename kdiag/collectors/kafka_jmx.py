@@ -275,6 +275,7 @@ class KafkaJmxCollector:
         self.restart_after = restart_after
         self.readers: dict[str, JmxReader] = {}
         self._handed: dict[str, tuple[float, dict[str, float]] | None] = {}  # per endpoint, the row fetch last saw
+        self._carried: dict[str, tuple[float, dict[str, float]] | None] = {}  # a replaced old JmxTool's last row
         self._lock = threading.Lock()
 
     @property
@@ -296,6 +297,8 @@ class KafkaJmxCollector:
         """The endpoint's reader, restarted when due."""
         reader = self.readers.get(url)
         if reader is not None and self._due(reader, time.monotonic()):
+            # The old JmxTool's first row comes a poll after its start: its predecessor's last row bridges the gap.
+            self._carried[url] = reader.latest if reader.legacy else None
             reader.close()
             reader = None
         if reader is None:
@@ -319,6 +322,11 @@ class KafkaJmxCollector:
             deadline = time.monotonic() + self.timeout
             endpoints: dict[str, Any] = {}
             for url, reader in readers.items():
+                carried = self._carried.get(url)
+                if reader.latest is None and carried and time.monotonic() - carried[0] <= self.max_age:
+                    endpoints[url] = {"broker_id": broker_id(carried[1]), "values": carried[1]}
+                    self._handed[url] = reader.latest
+                    continue
                 values = reader.wait_row(deadline, self.max_age)
                 self._handed[url] = reader.latest
                 if values:
