@@ -43,11 +43,6 @@ def scala_artifact(version: str) -> str:
     return "kafka_2.13" if parse(version)[:2] >= (2, 4) else "kafka_2.12"
 
 
-def jmxtool_class(version: str) -> str:
-    """JmxTool's main class: it moved from core (kafka.tools) to the tools module in 3.5 (KAFKA-14595)."""
-    return "org.apache.kafka.tools.JmxTool" if parse(version)[:2] >= (3, 5) else "kafka.tools.JmxTool"
-
-
 def check_security(version: str, mode: str, security: str) -> None:
     """LabError (exit 2) for a security mode the lab cannot set up on this version."""
     v = parse(version)[:2]
