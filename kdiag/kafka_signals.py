@@ -7,6 +7,7 @@ import math
 import statistics
 from collections import deque
 
+from kdiag import jvm_gc
 from kdiag.history import History
 from kdiag.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
 
@@ -108,7 +109,10 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
     urp = latest_per(history, "kdiag_kafka_under_replicated_partitions", "broker_id")
     under_min = latest_per(history, "kdiag_kafka_under_min_isr_partitions", "broker_id")
     shrinks = rates_per(history, "kdiag_kafka_isr_shrinks_total", window, "broker_id")
-    gc = rates_per(history, "kdiag_jvm_gc_collection_seconds_total", window, "broker_id")
+    gc: dict[str, float] = {}
+    for (b, collector), rate in rates_by(history, "kdiag_jvm_gc_collection_seconds_total", window, "broker_id", "gc").items():
+        if jvm_gc.pauses(collector):
+            gc[b] = gc.get(b, 0.0) + rate
     configs = latest_by(history, "kdiag_kafka_broker_config", "broker_id", "name")
     flush_places: dict[str, list[str]] = {}
     for (b, name, source) in latest_by(history, "kdiag_kafka_broker_config_source_info", "broker_id", "name", "source"):

@@ -1,4 +1,4 @@
-"""`kdiag lab`: a local Apache Kafka 4.x KRaft cluster run from Maven Central jars, started, stopped and read back."""
+"""`kdiag lab`: a local Apache Kafka cluster (KRaft, or ZooKeeper for 2.x-3.x) run from Maven Central jars."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from kdiag import lab_nodes, lab_security
+from kdiag import lab_nodes, lab_security, lab_versions, lab_zookeeper
 from kdiag.lab_jars import LabError, check_java, fetch_jars
-from kdiag.lab_layout import DEFAULT_BASE_PORT, KAFKA_VERSION, jmx_url, lab_dir, lab_json, new_cluster_id, ports, server_properties
+from kdiag.lab_layout import (
+    DEFAULT_BASE_PORT,
+    KAFKA_VERSION,
+    jmx_url,
+    lab_dir,
+    lab_json,
+    new_cluster_id,
+    ports,
+    server_properties,
+    zookeeper_port,
+)
 
 
 def read_lab(dir: str | os.PathLike | None = None) -> dict | None:
@@ -43,19 +53,30 @@ def _remove_data(d: Path) -> None:
     """Delete the nodes' storage and the secrets formatted into it."""
     for node_dir in d.glob("node-*"):
         shutil.rmtree(node_dir)
+    shutil.rmtree(lab_zookeeper.zk_dir(d), ignore_errors=True)
     shutil.rmtree(lab_security.secrets_dir(d), ignore_errors=True)
 
 
+def mode_of(info: dict) -> str:
+    """The lab's mode: kraft, or zookeeper (labs written before modes were KRaft)."""
+    return info.get("mode", "kraft")
+
+
 def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: str | None = None,
-       timeout: float = 180, security: str = "none") -> dict:
+       timeout: float = 180, security: str = "none", mode: str | None = None, jvm_opts: str | None = None) -> dict:
     """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
     d = lab_dir(dir)
     old = lab_json(d)
     live = lab_nodes.pids(d, old) if old else {}
     base = base_port or (old or {}).get("base_port") or DEFAULT_BASE_PORT
     version = kafka_version or (old or {}).get("kafka_version") or KAFKA_VERSION
-    wanted = (brokers, base, version, security)
-    same = (bool(old) and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old)) == wanted
+    mode = mode or (mode_of(old) if old and old["kafka_version"] == version else lab_versions.default_mode(version))
+    lab_versions.check_mode(version, mode)
+    lab_versions.check_security(version, mode, security)
+    jvm_opts = lab_nodes.jvm_opts(jvm_opts)
+    wanted = (brokers, base, version, security, mode, jvm_opts)
+    same = (bool(old) and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
+                           mode_of(old), old.get("jvm_opts", [])) == wanted
             and (security == "none" or lab_security.secrets_dir(d).is_dir()))  # lost secrets: rebuild
     if same and all(live.values()):
         lab_security.write_kdiag_yaml(d, old)
@@ -65,15 +86,18 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         if any(live.values()):
             print("lab config changed: stopping the running lab", file=sys.stderr)
             lab_nodes.stop(d, old)
+        lab_zookeeper.stop(d)
         # Storage formatted for another quorum, version, security mode or secrets cannot be reused.
         _remove_data(d)
     d.mkdir(parents=True, exist_ok=True)
-    fetch_jars(d, version)
+    fetch_jars(d, version, lab_versions.scala_artifact(version), mode)
     lab_security.prepare(d, security)
 
     nodes = {str(n): ports(n, base) for n in range(1, brokers + 1)}
     to_start = [n for n in range(1, brokers + 1) if not (same and live.get(n))]
     busy = [p for n in to_start for p in nodes[str(n)].values() if not lab_nodes.port_free(p)]
+    if mode == "zookeeper" and not lab_zookeeper.running(d) and not lab_nodes.port_free(zookeeper_port(base)):
+        busy.append(zookeeper_port(base))
     if busy:
         raise LabError(f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use; "
                        "choose another --base-port or stop what uses them")
@@ -82,10 +106,14 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         node_dir = d / f"node-{n}"
         node_dir.mkdir(exist_ok=True)
         lab_security.write_private(node_dir / "server.properties",
-                                   server_properties(n, brokers, base, node_dir, security))
-    unformatted = [n for n in to_start if not (d / f"node-{n}" / "data" / "meta.properties").exists()]
-    if unformatted:
-        lab_nodes.format_storage(d, unformatted, cluster_id, security)
+                                   server_properties(n, brokers, base, node_dir, security, mode))
+    if mode == "zookeeper":
+        lab_zookeeper.start(d, zookeeper_port(base))
+        lab_security.add_zookeeper_users(d, security, zookeeper_port(base))
+    else:
+        unformatted = [n for n in to_start if not (d / f"node-{n}" / "data" / "meta.properties").exists()]
+        if unformatted:
+            lab_nodes.format_storage(d, unformatted, cluster_id, security)
 
     info = {
         "brokers": brokers,
@@ -98,18 +126,23 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         "dir": str(d),
         "nodes": nodes,
         "security": security,
+        "mode": mode,
+        "jvm_opts": jvm_opts,
     }
+    if mode == "zookeeper":
+        info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
     for n in range(1, brokers + 1):
         pid = live.get(n) if same else None
-        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security)
+        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, jvm_opts)
     (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
     lab_security.write_kdiag_yaml(d, info)
     print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)
     try:
         lab_nodes.wait_ready(d, info, timeout)
-    except LabError:
+    except LabError as e:
         lab_nodes.stop(d, info)
-        raise
+        lab_zookeeper.stop(d)
+        raise lab_versions.explain_start_failure(version, e) from None
     return info
 
 
@@ -144,7 +177,8 @@ def start_node(n: int, dir=None, timeout: float = 180) -> dict:
         info = _lab_with_node(d, n)
         if not lab_nodes.pids(d, info)[n]:
             security = lab_security.security_of(info)
-            info["pids"][str(n)] = lab_nodes.start(d, n, info["nodes"][str(n)]["jmx_port"], security)
+            info["pids"][str(n)] = lab_nodes.start(d, n, info["nodes"][str(n)]["jmx_port"], security,
+                                                   info.get("jvm_opts", []))
             (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
         lab_nodes.wait_ready(d, info, timeout)
     return info
@@ -164,6 +198,7 @@ def down(dir=None, purge: bool = False) -> bool:
         return False
     with locked(d):
         lab_nodes.stop(d, lab_json(d) or {"brokers": 0})
+        lab_zookeeper.stop(d)
         if purge:
             _remove_data(d)
             (d / "lab.json").unlink(missing_ok=True)

@@ -1,8 +1,9 @@
 """`kdiag lab up|status|down`: the command line of kdiag/lab.py.
 
 `up` and `status` print, on stdout, lines meant for parsing:
-    lab: running brokers=N security=MODE kafka=V dir=DIR
+    lab: running brokers=N security=MODE kafka=V mode=kraft|zookeeper dir=DIR
     bootstrap: 127.0.0.1:9092[,...]
+    zookeeper: 127.0.0.1:P running|stopped (ZooKeeper mode only)
     broker: N 127.0.0.1:CLIENT controller=127.0.0.1:CTRL
     jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi
 (`status` adds "node: N running pid=P" or "node: N stopped" lines).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from kdiag import lab, lab_security
+from kdiag import lab, lab_security, lab_versions, lab_zookeeper
 from kdiag.lab_jars import LabError
 
 
@@ -20,12 +21,16 @@ def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = Non
     """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
     lines = [
         f"lab: {state} brokers={info['brokers']} security={lab_security.security_of(info)} "
-        f"kafka={info['kafka_version']} dir={info['dir']}",
+        f"kafka={info['kafka_version']} mode={lab.mode_of(info)} dir={info['dir']}",
         f"bootstrap: {info['bootstrap']}",
     ]
+    if "zookeeper" in info:
+        zk_state = "running" if lab_zookeeper.running(lab.lab_dir(info["dir"])) else "stopped"
+        lines.append(f"zookeeper: {info['zookeeper']} {zk_state}")
     for n in range(1, info["brokers"] + 1):
         node = info["nodes"][str(n)]
-        lines.append(f"broker: {n} 127.0.0.1:{node['client']} controller=127.0.0.1:{node['controller']}")
+        controller = "" if "zookeeper" in info else f" controller=127.0.0.1:{node['controller']}"
+        lines.append(f"broker: {n} 127.0.0.1:{node['client']}{controller}")
     for n in range(1, info["brokers"] + 1):
         lines.append(f"jmx: {n} {info['jmx'][str(n)]}")
     if pids is not None:
@@ -48,7 +53,8 @@ def _run(fn):
 def cmd_up(args) -> int:
     """Handle `kdiag lab up`."""
     with lab.locked(lab.lab_dir(args.dir)):
-        info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security)
+        info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security,
+                      args.mode, args.jvm_opts)
     print("\n".join(_info_lines(info, "running")), flush=True)
     return 0
 
@@ -80,7 +86,7 @@ def cmd_down(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Register the `lab` subcommand (up, status, down) on an argparse subparsers object."""
-    lab_parser = subparsers.add_parser("lab", help="run a local Kafka KRaft cluster for trying kdiag")
+    lab_parser = subparsers.add_parser("lab", help="run a local Kafka cluster (KRaft or ZooKeeper) for trying kdiag")
     sub = lab_parser.add_subparsers(dest="lab_command", required=True)
     dir_help = "lab directory (default: $KDIAG_LAB_DIR or ~/.cache/kdiag/lab)"
 
@@ -88,6 +94,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--brokers", type=int, choices=(1, 3), default=1)
     p.add_argument("--dir", help=dir_help)
     p.add_argument("--kafka-version", help=f"Kafka version from Maven Central (default {lab.KAFKA_VERSION})")
+    p.add_argument("--mode", choices=lab_versions.MODES,
+                   help="kraft (default from 3.3, the only mode of 4.x) or zookeeper (2.x and 3.x; one ZooKeeper "
+                        "node on base-port+2)")
+    p.add_argument("--jvm-opts", help="extra JVM options for the brokers, e.g. '-XX:+UseParallelGC' "
+                                      "(default $KDIAG_LAB_JVM_OPTS)")
     p.add_argument("--base-port", type=int,
                    help=f"client port of node 1; node N uses base+10*(N-1) (default {lab.DEFAULT_BASE_PORT})")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the brokers")

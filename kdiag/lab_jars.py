@@ -11,11 +11,9 @@ import zipfile
 from pathlib import Path
 
 LABFILES = Path(__file__).parent / "labfiles"
-REQUIRED_CLASSES = (
-    "kafka/Kafka.class",
-    "kafka/tools/StorageTool.class",
-    "org/apache/kafka/tools/ProducerPerformance.class",
-)
+REQUIRED_CLASSES = ("kafka/Kafka.class", "org/apache/kafka/tools/ProducerPerformance.class")
+KRAFT_CLASSES = ("kafka/tools/StorageTool.class",)
+ZOOKEEPER_CLASSES = ("org/apache/zookeeper/server/quorum/QuorumPeerMain.class",)
 INSTALL_HINTS = {
     "java": "java not found: install a JDK 17+ (Debian: apt-get install openjdk-17-jre-headless)",
     "mvn": "mvn not found: install Apache Maven 3.6+ (Debian: apt-get install maven)",
@@ -53,29 +51,32 @@ def check_java() -> None:
 
 def jars_ok(libs: Path, version: str) -> bool:
     marker = libs / ".kafka-version"
-    return marker.is_file() and marker.read_text().strip() == version and any(libs.glob("kafka_2.13-*.jar"))
+    return marker.is_file() and marker.read_text().strip() == version and any(libs.glob("kafka_2.1?-*.jar"))
 
 
-def fetch_jars(d: Path, version: str) -> None:
-    """Fetch Kafka, its tools and a log4j2 backend into DIR/libs with Maven, unless already there."""
+def fetch_jars(d: Path, version: str, artifact: str = "kafka_2.13", mode: str = "kraft") -> None:
+    """Fetch Kafka (core jar `artifact`), its tools and a log4j2 backend into DIR/libs with Maven, unless there."""
     libs = d / "libs"
     if jars_ok(libs, version):
         return
     need("mvn")
     shutil.rmtree(libs, ignore_errors=True)
     pom = d / "pom.xml"
-    pom.write_text((LABFILES / "pom.xml.template").read_text().replace("@KAFKA_VERSION@", version))
+    pom.write_text((LABFILES / "pom.xml.template").read_text().replace("@KAFKA_VERSION@", version)
+                   .replace("@KAFKA_ARTIFACT@", artifact))
     print(f"fetching Kafka {version} jars with Maven into {libs} ...", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     proc = subprocess.run(
         ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-         f"-DoutputDirectory={libs}", "-DincludeScope=runtime"],
+         f"-DoutputDirectory={libs}", "-DincludeScope=runtime",
+         # log4j 1 and its slf4j bindings: old Kafkas bring them; log4j-1.2-api and log4j2 stand in.
+         "-DexcludeArtifactIds=log4j,reload4j,slf4j-log4j12,slf4j-reload4j"],
         check=False, capture_output=True, text=True,
     )
     if proc.returncode != 0:
         shutil.rmtree(libs, ignore_errors=True)
         raise LabError(f"mvn failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
-    missing = set(REQUIRED_CLASSES)
+    missing = set(REQUIRED_CLASSES + (KRAFT_CLASSES if mode == "kraft" else ZOOKEEPER_CLASSES))
     for jar in libs.glob("*.jar"):
         with zipfile.ZipFile(jar) as z:
             missing -= set(z.namelist())

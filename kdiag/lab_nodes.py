@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -28,6 +29,19 @@ def heap() -> str:
     if not re.fullmatch(r"[1-9][0-9]*[kKmMgG]", size):
         raise LabError(f"KDIAG_LAB_HEAP={size[:40]!r}: expected a size like 1536m or 2g")
     return f"-Xmx{size}"
+
+
+def jvm_opts(given: str | None) -> list[str]:
+    """The brokers' extra JVM options: --jvm-opts, else $KDIAG_LAB_JVM_OPTS (e.g. "-XX:+UseZGC"), split as a shell would."""
+    text = given if given is not None else os.environ.get("KDIAG_LAB_JVM_OPTS", "")
+    try:
+        opts = shlex.split(text)
+    except ValueError as e:
+        raise LabError(f"--jvm-opts {text[:80]!r}: {e}", 2) from None
+    bad = [o for o in opts if not o.startswith("-")]
+    if bad:
+        raise LabError(f"--jvm-opts: {bad[0][:80]!r} is not a JVM option (options start with -)", 2)
+    return opts
 
 
 def _alive(pid: int | None, node_dir: Path) -> bool:
@@ -95,11 +109,11 @@ def format_storage(d: Path, nodes: list[int], cluster_id: str, security: str) ->
             raise LabError(f"formatting node {n} failed:\n{lab_security.redact(d, out)}")
 
 
-def start(d: Path, n: int, jmx_port: int, security: str) -> int:
+def start(d: Path, n: int, jmx_port: int, security: str, extra_opts: list[str] = ()) -> int:
     """Start node n in a session of its own, JMX on loopback, and write its pid file; return the pid."""
     node_dir = d / f"node-{n}"
     cmd = [
-        "java", heap(), "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+        "java", heap(), *extra_opts, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
         "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
         f"-Dkafka.logs.dir={node_dir}",
         "-Dcom.sun.management.jmxremote=true",

@@ -138,20 +138,22 @@ def prepare(d: Path, mode: str) -> None:
         _password(s / "broker.password")
 
 
-def listener_lines(d: Path, mode: str, client_port: int, controller_port: int) -> list[str]:
-    """server.properties lines for the listeners, TLS and SASL of a node."""
+def listener_lines(d: Path, mode: str, client_port: int, controller_port: int | None) -> list[str]:
+    """server.properties lines for the listeners, TLS and SASL of a node (no controller listener in ZooKeeper mode)."""
     name = "PLAINTEXT" if mode == "none" else mode.upper()
+    controller = f",CONTROLLER://127.0.0.1:{controller_port}" if controller_port else ""
     lines = [
-        f"listeners={name}://127.0.0.1:{client_port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"listeners={name}://127.0.0.1:{client_port}{controller}",
         f"advertised.listeners={name}://127.0.0.1:{client_port}",
         f"inter.broker.listener.name={name}",
-        "controller.listener.names=CONTROLLER",
     ]
+    if controller_port:
+        lines.append("controller.listener.names=CONTROLLER")
     if mode == "none":
-        return [*lines, "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"]
+        return [*lines, f"listener.security.protocol.map={'CONTROLLER:PLAINTEXT,' if controller else ''}PLAINTEXT:PLAINTEXT"]
     s = secrets_dir(d)
     lines += [
-        f"listener.security.protocol.map=CONTROLLER:SSL,{name}:{name}",
+        f"listener.security.protocol.map={'CONTROLLER:SSL,' if controller else ''}{name}:{name}",
         "ssl.keystore.type=PEM",
         f"ssl.keystore.location={s / 'broker.pem'}",
         "ssl.truststore.type=PEM",
@@ -188,6 +190,22 @@ def format_command(d: Path, mode: str, node: int, java_args: list[str]) -> list[
     argfile = s / f"format-{node}.args"
     write_private(argfile, "".join(f'"{a}"\n' for a in args))
     return [java_args[0], f"@{argfile}"]
+
+
+def add_zookeeper_users(d: Path, mode: str, zk_port: int) -> None:
+    """In a SASL mode of a ZooKeeper lab, store the SCRAM users in ZooKeeper (ConfigCommand, from a 0600 @argfile)."""
+    if not sasl(mode):
+        return
+    s = secrets_dir(d)
+    for name, pw in ((USER, _password(s / "kdiag.password")), (BROKER_USER, _password(s / "broker.password"))):
+        args = ["-cp", str(d / "libs" / "*"), "kafka.admin.ConfigCommand", "--zookeeper", f"127.0.0.1:{zk_port}",
+                "--alter", "--add-config", f"{MECHANISM}=[password={pw}]", "--entity-type", "users", "--entity-name", name]
+        argfile = s / f"scram-{name}.args"
+        write_private(argfile, "".join(f'"{a}"\n' for a in args))
+        proc = subprocess.run(["java", "-Xmx128m", f"@{argfile}"], check=False, capture_output=True, text=True)
+        argfile.unlink()
+        if proc.returncode != 0:
+            raise LabError(f"adding SCRAM user {name} to ZooKeeper failed:\n{redact(d, proc.stdout + proc.stderr)[-2000:]}")
 
 
 def jmx_flags(d: Path, mode: str) -> list[str]:

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 
+from kdiag.collectors import jmx_legacy
 from kdiag.collectors.jmx_auth import JmxAuth
 
 
@@ -43,11 +44,17 @@ class JmxReader:
         self.error = ""
         self._output: list[str] = []
         self._fresh = threading.Condition()
-        args = ["--jmx-url", url, "--reporting-interval", str(int(poll_interval * 1000)), "--attributes", ",".join(attributes)]
-        for query in queries:
-            args += ["--object-name", query]
+        main = jmx_legacy.main_class(classpath)
+        self.legacy = main == jmx_legacy.OLD_MAIN
+        if self.legacy:
+            args = jmx_legacy.args(url, int(poll_interval * 1000), queries)
+        else:
+            args = ["--jmx-url", url, "--reporting-interval", str(int(poll_interval * 1000)),
+                    "--attributes", ",".join(attributes)]
+            for query in queries:
+                args += ["--object-name", query]
         # The main class and its arguments (credentials among them) come from an @argfile pipe, not argv.
-        argfile = self.auth.pipe("org.apache.kafka.tools.JmxTool", args)
+        argfile = self.auth.pipe(main, args)
         try:
             self.process = subprocess.Popen(
                 ["/bin/sh", "-c", self.WRAPPER, "sh", java, *self.JVM_FLAGS, "-cp", classpath, f"@/dev/fd/{argfile}"],
@@ -62,17 +69,35 @@ class JmxReader:
             os.close(argfile)
         threading.Thread(target=self._read, name=f"jmx-reader {url}", daemon=True).start()
 
+    def _publish(self, values: dict[str, float]) -> None:
+        with self._fresh:
+            self.latest = (time.monotonic(), values)
+            self._fresh.notify_all()
+
     def _read(self) -> None:
         header: list[str] | None = None
+        row: dict[str, float] | None = None  # the old tool's tsv poll being read, None once published
+        lines = whole = 0  # its lines so far; the lines of the last whole poll (a poll that reaches it is whole)
         with self.process.stdout as stream:
             for line in stream:
-                if line.startswith('"time"'):
+                if self.legacy and line.startswith("time\t"):
+                    if row is not None:  # the first poll, or one whose size changed: whole when the next begins
+                        whole = lines
+                        self._publish(row)
+                    row, lines = {}, 0
+                elif self.legacy and "\t" in line:
+                    if row is None:  # the rest of a poll already published whole: its size grew
+                        continue
+                    key, _, text = line.partition("\t")
+                    row.update(parse_row([key], [text.strip()]))
+                    lines += 1
+                    if lines == whole:
+                        self._publish(row)
+                        row = None
+                elif line.startswith('"time"'):
                     header = next(csv.reader([line]))
                 elif header and line[:1].isdigit():
-                    values = parse_row(header, next(csv.reader([line])))
-                    with self._fresh:
-                        self.latest = (time.monotonic(), values)
-                        self._fresh.notify_all()
+                    self._publish(parse_row(header, next(csv.reader([line]))))
                 elif not line.startswith("Trying") and len(self._output) < 40:
                     # A failure spans lines (the nested exception says why): judge them together.
                     self._output.append(line)

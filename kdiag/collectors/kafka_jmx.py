@@ -71,6 +71,7 @@ PLAIN = (
     *((metric, f"kafka.server:type=BrokerTopicMetrics,name={name}", "Count", COUNTER) for name, metric in TOPIC_METERS.items()),
 )
 FLUSH = "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs"
+LATE_REFRESH = 60.0  # seconds between restarts of an old JmxTool while the broker has not flushed yet
 
 # Object names given to JmxTool. Patterns (",*" / "=*") match versions and collectors; once one
 # query is a pattern JmxTool tolerates absent exact names (a broker-only node has no KafkaController).
@@ -275,6 +276,7 @@ class KafkaJmxCollector:
         self.restart_after = restart_after
         self.readers: dict[str, JmxReader] = {}
         self._handed: dict[str, tuple[float, dict[str, float]] | None] = {}  # per endpoint, the row fetch last saw
+        self._carried: dict[str, tuple[float, dict[str, float]] | None] = {}  # a replaced old JmxTool's last row
         self._lock = threading.Lock()
 
     @property
@@ -286,7 +288,9 @@ class KafkaJmxCollector:
         """Whether a reader must be replaced: stale or older than `refresh` while alive; dead (at most once a minute)."""
         if reader.alive():
             last = reader.latest[0] if reader.latest else reader.started
-            return now - last > self.max_age or now - reader.started > self.refresh
+            # Before 3.0 LogFlushStats registers at the first flush, and the old JmxTool takes exact names only.
+            late = reader.legacy and reader.latest is not None and not any(k.startswith(FLUSH) for k in reader.latest[1])
+            return now - last > self.max_age or now - reader.started > (min(self.refresh, LATE_REFRESH) if late else self.refresh)
         # A dead endpoint is retried once a minute, not every cycle: each try costs a JVM start.
         return now - reader.started > self.restart_after
 
@@ -294,6 +298,8 @@ class KafkaJmxCollector:
         """The endpoint's reader, restarted when due."""
         reader = self.readers.get(url)
         if reader is not None and self._due(reader, time.monotonic()):
+            # The old JmxTool's first row comes a poll after its start: its predecessor's last row bridges the gap.
+            self._carried[url] = reader.latest if reader.legacy else None
             reader.close()
             reader = None
         if reader is None:
@@ -317,6 +323,11 @@ class KafkaJmxCollector:
             deadline = time.monotonic() + self.timeout
             endpoints: dict[str, Any] = {}
             for url, reader in readers.items():
+                carried = self._carried.get(url)
+                if reader.latest is None and carried and time.monotonic() - carried[0] <= self.max_age:
+                    endpoints[url] = {"broker_id": broker_id(carried[1]), "values": carried[1]}
+                    self._handed[url] = reader.latest
+                    continue
                 values = reader.wait_row(deadline, self.max_age)
                 self._handed[url] = reader.latest
                 if values:

@@ -1,0 +1,108 @@
+"""One point of the Kafka version matrix (scripts/version-matrix): kdiag against a lab of another version or mode.
+
+Runs only with KDIAG_VERSION_MATRIX=1 and KDIAG_MATRIX_LAB=DIR naming a running lab (`kdiag lab up --dir DIR`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.waiting import wait_until
+
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.skipif(os.environ.get("KDIAG_VERSION_MATRIX") != "1" or not os.environ.get("KDIAG_MATRIX_LAB"),
+                       reason="a version-matrix point: set KDIAG_VERSION_MATRIX=1 and KDIAG_MATRIX_LAB (scripts/version-matrix)"),
+]
+LAB = Path(os.environ.get("KDIAG_MATRIX_LAB", "/nonexistent"))
+HOLD = float(os.environ.get("KDIAG_MATRIX_HOLD", "120"))  # seconds every collector must stay at success 1
+COLLECTORS = ("kafka_admin", "kafka_jmx", "probe")
+# The JMX series the Kafka rules read (kdiag/kafka_signals.py), each needing a value at every version.
+JMX_SERIES = (
+    "kdiag_kafka_request_handler_idle_ratio",
+    "kdiag_kafka_network_processor_idle_ratio",
+    "kdiag_kafka_request_queue_size",
+    "kdiag_kafka_under_replicated_partitions",
+    "kdiag_kafka_under_min_isr_partitions",
+    "kdiag_kafka_isr_shrinks_total",
+    "kdiag_kafka_partitions",
+    "kdiag_kafka_leaders",
+    "kdiag_kafka_bytes_in_total",
+    "kdiag_kafka_messages_in_total",
+    "kdiag_kafka_request_time_seconds",
+    "kdiag_kafka_requests_total",
+    "kdiag_jvm_gc_collection_seconds_total",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _metrics(port: int) -> dict[str, list[tuple[str, float]]]:
+    """The exposition's samples by metric name: (label text, value)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out: dict[str, list[tuple[str, float]]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            head, _, value = line.rpartition(" ")
+            name, _, labels = head.partition("{")
+            out.setdefault(name, []).append((labels, float(value)))
+    return out
+
+
+def _success(metrics: dict) -> dict[str, float]:
+    return {labels.split('"')[1]: v for labels, v in metrics.get("kdiag_collector_success", [])}
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    """`kdiag run` on the matrix lab's kdiag.yaml, serving on a free loopback port."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("matrix") / "kdiag.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(LAB / "kdiag.yaml"),
+                                 "--listen", f"127.0.0.1:{port}", "--no-discover"], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield port, log
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_collectors_succeed_and_stay_up(daemon):
+    port, log = daemon
+    wait_until(lambda: all(_success(_metrics(port)).get(c) == 1 for c in COLLECTORS), 180,
+               f"{', '.join(COLLECTORS)} at kdiag_collector_success 1", [log])
+    until = time.monotonic() + HOLD
+    while time.monotonic() < until:
+        success = _success(_metrics(port))
+        assert all(success.get(c) == 1 for c in COLLECTORS), f"a collector failed within {HOLD:.0f}s: {success}"
+        time.sleep(5)
+    metrics = _metrics(port)
+    missing = [name for name in JMX_SERIES if not metrics.get(name)]
+    assert not missing, f"JMX series without a value: {missing}"
+    assert "Traceback" not in log.read_text()
+
+
+def test_no_kafka_cause_fires_on_the_idle_lab(daemon):
+    port, _ = daemon
+    wait_until(lambda: _success(_metrics(port)).get("kafka_jmx") == 1, 180, "kafka_jmx up")
+    time.sleep(20)  # rules with `for:` of 15 s: a cause that would fire has had its time
+    kafka_rules = {r["id"] for r in yaml.safe_load((Path(__file__).parents[1] / "rules" / "kafka.yaml").read_text())}
+    diagnoses = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/diagnoses", timeout=5).read())
+    items = diagnoses if isinstance(diagnoses, list) else diagnoses.get("diagnoses", [])
+    firing = [(d.get("id") or d.get("rule"), d.get("subject")) for d in items if (d.get("id") or d.get("rule")) in kafka_rules]
+    assert not firing, f"Kafka causes firing on the idle {LAB} lab: {firing}"
