@@ -203,6 +203,8 @@ class Config:
             raise ConfigError(f"listen: {quote(self.listen)} is not host:port")
         if self.history < 10 * self.interval:
             raise ConfigError("history: must hold at least 10 intervals")
+        if self.processes.cmdline == "redacted":  # the name of `masked`'s predecessor in configs written before it
+            self.processes.cmdline = MASKED
         if self.processes.cmdline not in CMDLINE_MODES:
             raise ConfigError(f"processes.cmdline: {quote(self.processes.cmdline)} is not {', '.join(CMDLINE_MODES)}")
         try:

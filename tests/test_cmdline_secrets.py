@@ -142,10 +142,16 @@ def full_config(directory: Path) -> Path:
 
 
 
-@pytest.mark.parametrize("mode", ["redacted", "", "FULL"])
+@pytest.mark.parametrize("mode", ["masks", "", "FULL"])
 def test_processes_cmdline_takes_only_its_modes(mode: str, tmp_path: Path) -> None:
     config = tmp_path / "kdiag.yaml"
     config.write_text(json.dumps({"processes": {"cmdline": mode}}))
     with pytest.raises(ConfigError, match=rf"{config}: processes\.cmdline: '{mode}' is not masked, full, off"):
         load_config(config)
     assert load_config().processes.cmdline == "masked"
+
+
+def test_processes_cmdline_redacted_of_older_configs_means_masked(tmp_path: Path) -> None:
+    config = tmp_path / "kdiag.yaml"
+    config.write_text(json.dumps({"processes": {"cmdline": "redacted"}}))
+    assert load_config(config).processes.cmdline == "masked"
