@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kdiag import __version__, alerts, logsafe
 from kdiag.config import Config, ConfigError, load_config
+from kdiag.outfile import write_output
 from kdiag.catalog import CatalogError, parse_duration
 from kdiag.quote import printable_lines
 from kdiag.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, RecordingError, record
@@ -119,8 +120,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         if args.format == "html":
             from kdiag.report_html import recording_report
 
-            Path(args.output).write_text(recording_report(str(args.from_), states))
-            print(f"HTML report written to {args.output}")
+            write_output(args.output, recording_report(str(args.from_), states))
+            if args.output != "-":
+                print(f"HTML report written to {args.output}")
             return 0
     else:
         # Live: sample a short window so rates and `for` durations have something to stand on.

@@ -12,6 +12,7 @@ from kdiag import lab
 from kdiag.lab_jars import LabError
 from kdiag.drill_faults import Target
 from kdiag.drills import BY_NAME, DRILLS, Drill
+from kdiag.outfile import write_output
 from kdiag.quote import printable_lines
 
 
@@ -89,7 +90,7 @@ def cmd_run(args) -> int:
         print(printable_lines(table(results)), end="")  # errors and subjects come from the cluster
     if args.html:
         sections = [(r.timeline, _note(r)) for r in results if r.timeline]
-        Path(args.html).write_text(render("kdiag drills", sections))
+        write_output(args.html, render("kdiag drills", sections))
         _say(f"HTML report written to {args.html}")
     if runner.interrupted:
         _say("kdiag: interrupted: the drill in progress was reverted")

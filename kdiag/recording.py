@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kdiag.outfile import check_output_dir
 from kdiag.pipeline import CollectorSet
 from kdiag.recording_archive import MAX_JSON_BYTES, RecordingError, check_tree, extract, is_number, quote, read_regular
 from kdiag.root import Root, SnapshotRoot, TeeRoot, recorded_time
@@ -59,6 +60,7 @@ def record(out: Path, duration: float, interval: float, collectors: CollectorSet
     """Take a snapshot every `interval` seconds for `duration` seconds into out (a dir, or a .tar.gz).
 
     Ctrl-C (KeyboardInterrupt) keeps the snapshots already taken, and is raised again."""
+    check_output_dir(out)
     if not out.name.endswith((".tar.gz", ".tgz")):
         if out.is_dir() and any(out.iterdir()):
             raise RecordingError(f"{out}: not empty; record into a new directory", exit_code=2)
