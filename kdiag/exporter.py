@@ -14,6 +14,7 @@ from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
 from kdiag import __version__
+from kdiag.quote import printable
 from kdiag.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
 from kdiag.pipeline import State
 from kdiag.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
@@ -41,19 +42,14 @@ def exposition_type(s: Sample) -> str:
     return "counter" if s.kind in (COUNTER, COUNTER32) and s.name.endswith("_total") else "gauge"
 
 
-def _escaped(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
 def label_value(value: str) -> str:
-    """A label value as kdiag exports it: each character str.isprintable() rejects as \\xNN, \\uNNNN or \\UNNNNNNNN text.
+    """A label value as kdiag exports it: printable() text.
 
-    prometheus_client escapes only backslash, quote and newline; the other line breaks (\\r, \\x1c-\\x1e, \\x85,
-    \\u2028, ...) would split the cached lines, terminal controls reach whoever reads /metrics, and a lone surrogate
+    prometheus_client escapes only backslash, quote and newline; the other line breaks (\r, \x1c-\x1e, \x85,
+    \u2028, ...) would split the cached lines, terminal controls reach whoever reads /metrics, and a lone surrogate
     cannot be encoded at all. Process names, group ids and topics come from anyone: they are data, printed as text.
     """
-    return value if value.isprintable() else "".join(c if c.isprintable() else _escaped(c) for c in value)
+    return printable(value)
 
 
 class ExportedMetric(Metric):

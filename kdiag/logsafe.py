@@ -9,28 +9,23 @@ tracebacks keep their lines, with control characters inside them shown the same 
 from __future__ import annotations
 
 import logging
-import re
+
+from kdiag.quote import printable, printable_lines
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def escape(text: str) -> str:
-    """text with each control character as \\xNN (line and paragraph separators as \\uNNNN)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
 
 
 class EscapingFormatter(logging.Formatter):
     """A Formatter whose messages cannot hold a line break or an escape sequence."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return escape(super().formatMessage(record))
+        return printable(super().formatMessage(record))
 
     def formatException(self, ei) -> str:
-        return "\n".join(map(escape, super().formatException(ei).split("\n")))
+        return printable_lines(super().formatException(ei))
 
     def formatStack(self, stack_info: str) -> str:
-        return "\n".join(map(escape, super().formatStack(stack_info).split("\n")))
+        return printable_lines(super().formatStack(stack_info))
 
 
 def configure(level: int) -> None:
