@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import hashlib
 import logging
 import os
 import re
 import ssl
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,14 +35,14 @@ UNSUPPORTED = {
 }
 # Python's ssl cannot ask for a client certificate without verifying it, so these two cannot be honoured.
 UNVERIFIED_CLIENT_AUTH = ("RequestClientCert", "RequireAnyClientCert")
-BCRYPT_HASH = re.compile(r"^\$2[aby]\$\d\d\$[./A-Za-z0-9]{53}$")
-MAX_REMEMBERED = 256
+BCRYPT_HASH = re.compile(r"^\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}$")
+BCRYPT_COSTS = range(4, 32)
 
 
 @functools.cache
-def _dummy_hash() -> bytes:
-    """A hash to check unknown users against, so their answer takes as long as a known user's."""
-    return bcrypt.hashpw(b"", bcrypt.gensalt(10))
+def _unknown_user_hash(cost: int) -> bytes:
+    """A hash of the given cost to check unknown users against, so they answer as slowly as known ones."""
+    return bcrypt.hashpw(b"", bcrypt.gensalt(cost))
 
 
 class WebConfigError(ConfigError):
@@ -60,6 +55,7 @@ class WebConfig:
 
     tls: ssl.SSLContext | None = None
     users: dict[str, bytes] = field(default_factory=dict)
+    unknown_user_hash: bytes = b""  # of the users' highest cost
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
 
@@ -147,8 +143,11 @@ def _users(data: Any) -> dict[str, bytes]:
         # The hash itself is never quoted: it is a secret.
         if not isinstance(user, str) or not user or ":" in user:
             raise WebConfigError("basic_auth_users: a user name must be a non-empty string without ':'")
-        if not isinstance(hashed, str) or not BCRYPT_HASH.match(hashed):
+        match = BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
+        if not match:
             raise WebConfigError(f"basic_auth_users.{user[:40]}: not a bcrypt hash (make one with `htpasswd -nBC 10 \"\"`)")
+        if int(match[1]) not in BCRYPT_COSTS:
+            raise WebConfigError(f"basic_auth_users.{user[:40]}: bcrypt cost {match[1]} is outside 4..31")
         out[user] = hashed.encode()
     return out
 
@@ -179,6 +178,8 @@ def load_web_config(path: str | Path) -> WebConfig:
         top = _mapping(data, "", {"tls_server_config", "http_server_config", "basic_auth_users"})
         config = WebConfig(users=_users(top.get("basic_auth_users")), headers=_headers(top.get("http_server_config")),
                            files=[path])
+        if config.users:
+            config.unknown_user_hash = _unknown_user_hash(max(int(h[4:6]) for h in config.users.values()))
         if top.get("tls_server_config") is not None:
             # Relative file names are relative to the web config file, as in exporter-toolkit.
             config.tls, files = _tls(_mapping(top["tls_server_config"], "tls_server_config", TLS_KEYS), path.parent)
@@ -216,78 +217,33 @@ class WebConfigWatcher:
         self.path = Path(path)
         self.config = load_web_config(self.path)
         self._seen = _fingerprint(self.config.files)
+        self._refused = ""  # why the last re-read was refused
         self.tls: CurrentTLS | None = None
         if self.config.tls:
             self.tls = CurrentTLS(ssl.PROTOCOL_TLS_SERVER)
             self.tls.current = self.config.tls
 
     def poll(self) -> bool:
-        """Re-read on change; True when a new config took over. A broken one is logged once and the old one kept."""
+        """Re-read on change; True when a new config took over. A refused one is logged once and the old one kept."""
         seen = _fingerprint(self.config.files)
-        if seen == self._seen:
+        # After a refusal, every poll re-reads: the fix may be a file the refused config names (a certificate that
+        # appears later), which the config in force does not name.
+        if seen == self._seen and not self._refused:
             return False
         self._seen = seen
         try:
             new = load_web_config(self.path)
+            if (new.tls is None) != (self.config.tls is None):
+                raise WebConfigError(f"{self.path} turns TLS {'on' if new.tls else 'off'}: restart kdiag to apply it")
         except WebConfigError as e:
-            log.warning("web config not reloaded, the previous one stays in force: %s", e)
+            if str(e) != self._refused:
+                log.warning("web config not reloaded, the previous one stays in force: %s", e)
+            self._refused = str(e)
             return False
-        if (new.tls is None) != (self.config.tls is None):
-            log.warning("web config %s turns TLS %s: restart kdiag to apply it; the previous config stays in force",
-                        self.path, "on" if new.tls else "off")
-            return False
+        self._refused = ""
         self.config = new
         self._seen = _fingerprint(new.files)
         if self.tls and new.tls:
             self.tls.current = new.tls
         log.info("web config %s reloaded", self.path)
         return True
-
-
-class Logins:
-    """Basic-auth checks against bcrypt hashes; a verified login is remembered so scrapes do not pay bcrypt each time."""
-
-    def __init__(self):
-        self._verified: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def credentials(header: bytes | None) -> tuple[str, bytes] | None:
-        """(user, password) of a `Basic` Authorization header, None when absent or malformed."""
-        if not header or header[:6].lower() != b"basic ":
-            return None
-        try:
-            user, sep, password = base64.b64decode(header[6:].strip(), validate=True).partition(b":")
-            return (user.decode(), password) if sep else None
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-
-    @staticmethod
-    def _key(hashed: bytes, user: str, password: bytes) -> bytes:
-        return hashlib.sha256(b"\0".join((hashed, user.encode(), password))).digest()
-
-    def remembered(self, users: dict[str, bytes], user: str, password: bytes) -> bool:
-        """True when this login was verified before against the same hash (cheap: no bcrypt)."""
-        hashed = users.get(user)
-        if hashed is None:
-            return False
-        key = self._key(hashed, user, password)
-        with self._lock:
-            if key in self._verified:
-                self._verified.move_to_end(key)
-                return True
-        return False
-
-    def verify(self, users: dict[str, bytes], user: str, password: bytes) -> bool:
-        """The bcrypt check (slow by design: run it off the event loop); a success is remembered."""
-        hashed = users.get(user)
-        try:
-            ok = bcrypt.checkpw(password, hashed or _dummy_hash()) and hashed is not None
-        except ValueError:
-            return False
-        if ok:
-            with self._lock:
-                self._verified[self._key(hashed, user, password)] = None
-                while len(self._verified) > MAX_REMEMBERED:
-                    self._verified.popitem(last=False)
-        return ok

@@ -1,4 +1,5 @@
-"""The HTTP(S) endpoint: hypercorn on one event loop serving the published bytes, with timeouts, TLS and basic auth."""
+"""The HTTP(S) endpoint: hypercorn on one event loop serving the published bytes over HTTP/1.1 only, with timeouts, TLS
+and basic auth."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import resource
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
+import hypercorn.protocol
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
+from hypercorn.protocol.h11 import H11Protocol
 
 from kdiag.exporter import Published
-from kdiag.webconfig import Logins, WebConfigWatcher
+from kdiag.webauth import BasicAuth, Verdict
+from kdiag.webconfig import WebConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +27,8 @@ BACKLOG = 1024
 # A client gets this long to send a whole request head, and an idle keep-alive connection is closed after it.
 REQUEST_TIMEOUT_S = 20
 TLS_HANDSHAKE_TIMEOUT_S = 5
+# A longer request head is answered 431 and the connection closed. GET and HEAD only: a request body is never read.
+MAX_REQUEST_HEAD = 16 * 1024
 # Unacknowledged data older than this (a client that stopped reading) drops the connection; set on the listener,
 # inherited by every accepted socket.
 TCP_USER_TIMEOUT_MS = 20_000
@@ -88,6 +93,17 @@ def listen_socket(listen: str) -> socket.socket:
     return sock
 
 
+class _HTTP11Only(H11Protocol):
+    """hypercorn's HTTP/1.1 without its two ways into HTTP/2, which it has no setting for: kdiag serves HTTP/1.1 only."""
+
+    async def _check_protocol(self, event) -> None:
+        """Neither switch: an h2c upgrade is ignored (HTTP lets a server do so), the prior-knowledge preface gets a 505."""
+
+
+# hypercorn's ProtocolWrapper builds every connection's HTTP/1.1 protocol from this module attribute.
+hypercorn.protocol.H11Protocol = _HTTP11Only
+
+
 class _Hypercorn(HypercornConfig):
     """hypercorn's config with kdiag's listening socket and the web config's TLS context."""
 
@@ -112,9 +128,7 @@ class App:
     def __init__(self, published: Published, web: WebConfigWatcher | None):
         self.published = published
         self.web = web
-        self.logins = Logins()
-        # bcrypt is slow by design: it runs here, off the event loop, two checks at a time.
-        self.bcrypt = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kdiag-bcrypt")
+        self.auth = BasicAuth()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -131,29 +145,30 @@ class App:
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
-    async def _authenticated(self, scope) -> bool:
-        users = self.web.config.users if self.web else None
-        if not users:
-            return True
+    async def _login(self, scope) -> tuple[Verdict, int]:
+        config = self.web.config if self.web else None
+        if not config or not config.users:
+            return Verdict.ALLOWED, 0
         header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-        login = Logins.credentials(header)
-        if login is None:
-            return False
-        if self.logins.remembered(users, *login):
-            return True
-        return await asyncio.get_running_loop().run_in_executor(self.bcrypt, self.logins.verify, users, *login)
+        return await self.auth.check(config.users, config.unknown_user_hash, header, scope.get("client"))
 
     async def _answer(self, scope) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        text = (b"content-type", b"text/plain")
+        if scope["http_version"] not in ("1.0", "1.1"):
+            return 505, [text, (b"connection", b"close")], b"kdiag serves HTTP/1.1 only\n"
         if scope["method"] not in ("GET", "HEAD"):
-            return 405, [(b"allow", b"GET, HEAD"), (b"content-type", b"text/plain")], b"only GET and HEAD\n"
+            return 405, [(b"allow", b"GET, HEAD"), text], b"only GET and HEAD\n"
         path = scope["path"]
-        authenticated = await self._authenticated(scope)
+        verdict, retry_after = await self._login(scope)
         if path == "/healthz":
             code, body = self.published.health()
             # Open for liveness probes, but only the status line: details are for authenticated callers.
-            return code, [(b"content-type", b"text/plain")], body if authenticated else body.split(b"\n", 1)[0] + b"\n"
-        if not authenticated:
-            return 401, [(b"www-authenticate", b'Basic realm="kdiag"'), (b"content-type", b"text/plain")], b"unauthorized\n"
+            return code, [text], body if verdict is Verdict.ALLOWED else body.split(b"\n", 1)[0] + b"\n"
+        if verdict is Verdict.DENIED:
+            return 401, [(b"www-authenticate", b'Basic realm="kdiag"'), text], b"unauthorized\n"
+        if verdict is not Verdict.ALLOWED:
+            why = b"too many failed logins from your address" if verdict is Verdict.BACKED_OFF else b"too many logins at once"
+            return verdict.value, [(b"retry-after", str(retry_after).encode()), text], why + b": try again later\n"
         if path == "/metrics":
             accept = next((v for k, v in scope["headers"] if k == b"accept-encoding"), b"")
             ctype = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
@@ -191,6 +206,8 @@ class Exporter:
         self.config.socket = self.socket
         self.config.backlog = BACKLOG
         self.config.keep_alive_timeout = REQUEST_TIMEOUT_S
+        self.config.h11_max_incomplete_size = MAX_REQUEST_HEAD
+        self.config.alpn_protocols = ["http/1.1"]
         self.config.ssl_handshake_timeout = TLS_HANDSHAKE_TIMEOUT_S
         self.config.graceful_timeout = 1.0
         self.config.include_server_header = False
@@ -225,7 +242,7 @@ class Exporter:
             self.thread.join(10)
         else:
             self.socket.close()
-        self.app.bcrypt.shutdown(wait=False, cancel_futures=True)
+        self.app.auth.close()
 
     def _run(self) -> None:
         asyncio.run(self._serve())
@@ -247,4 +264,5 @@ class Exporter:
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(RELOAD_CHECK_S)
-            self.web.poll()
+            # Off the loop: a new config with a new bcrypt cost makes a hash for unknown users (seconds at a high cost).
+            await asyncio.to_thread(self.web.poll)
