@@ -12,9 +12,9 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag.collectors.kafka_admin import KafkaAdminCollector
-from kdiag.collectors.kafka_admin_samples import samples_from_admin_state
-from kdiag.lab import read_lab
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
+from kdiag.tools.lab.lab import read_lab
 
 
 def percentile(values: list[float], q: float) -> float:

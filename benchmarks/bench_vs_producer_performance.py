@@ -3,7 +3,7 @@
 Each run gets a fresh bench-* topic with the same settings (deleted afterwards), the two tools alternate
 which goes first, and every run is bounded by --num-records. Runs the seed's tuned producer settings and
 each client's defaults, then kdiag with --processes 2. Finally measures the broker's CPU seconds over
---probe-seconds without and with the synthetic probe (kdiag/probe.py) at its default rate.
+--probe-seconds without and with the synthetic probe (kdiag/probe/probe.py) at its default rate.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import uuid
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag.collectors.processes import TICKS_PER_SECOND, parse_stat
-from kdiag.lab import read_lab
-from kdiag.lab_layout import classpath
-from kdiag.probe import ProbeService
-from kdiag.probe_config import ProbeConfig
+from kdiag.core.procfs import TICKS_PER_SECOND, parse_stat
+from kdiag.tools.lab.lab import read_lab
+from kdiag.kafka.jars import classpath
+from kdiag.probe.probe import ProbeService
+from kdiag.config.probe import ProbeConfig
 
 TUNED = ["acks=1", "batch.size=1048576", "linger.ms=20", "compression.type=lz4"]
 TOTAL = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "

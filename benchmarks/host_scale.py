@@ -13,13 +13,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fixtures
 from big_host import CPUS, DISKS, NICS, QUEUES, write_big_host
 from rules_cycle import percentile
 
-from kdiag.config import load_config
-from kdiag.daemon import load_rules, replay_collectors
-from kdiag.exporter import render_metrics
-from kdiag.pipeline import CollectorSet, Health, Pipeline, State
-from kdiag.recording import Recording
-from kdiag.root import Root
-from kdiag.subject_kinds import compute_signals
+from kdiag.config.settings import load_config
+from kdiag.app.daemon import load_rules, replay_collectors
+from kdiag.serve.exporter import render_metrics
+from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
+from kdiag.recording.recording import Recording
+from kdiag.core.root import Root
+from kdiag.analysis.subject_kinds import compute_signals
 
 TARGET_MS = 100.0
 STAGES = ("collection", "history", "signals", "rules", "signals+rules", "render", "total")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jmxquery
 
-from kdiag.collectors.kafka_jmx import QUERIES, KafkaJmxCollector, samples_from_jmx_state
-from kdiag.lab import read_lab
+from kdiag.collectors.kafka.jmx import QUERIES, KafkaJmxCollector, samples_from_jmx_state
+from kdiag.tools.lab.lab import read_lab
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -8,12 +8,12 @@ import socket
 import sys
 import time
 
-from kdiag.config import load_config
-from kdiag.daemon import host_collectors, load_rules
-from kdiag.exporter import render_metrics
-from kdiag.pipeline import CollectorSet, Health, Pipeline, State
-from kdiag.root import Root
-from kdiag.subject_kinds import compute_signals
+from kdiag.config.settings import load_config
+from kdiag.app.daemon import host_collectors, load_rules
+from kdiag.serve.exporter import render_metrics
+from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
+from kdiag.core.root import Root
+from kdiag.analysis.subject_kinds import compute_signals
 
 STAGES = ("collection", "history", "signals", "rules", "render", "total")
 

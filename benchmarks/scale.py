@@ -32,9 +32,9 @@ import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag.collectors.kafka_admin import KafkaAdminCollector
-from kdiag.config import KafkaConfig
-from kdiag.lab import lab_config, read_lab
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.config.settings import KafkaConfig
+from kdiag.tools.lab.lab import lab_config, read_lab
 
 TOPIC, GROUP = "scale-t{:04d}", "scale-g{:04d}"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -295,7 +295,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
 
 def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:
     """Seconds per KafkaAdminCollector.fetch() over `cycles` fetches on one reused collector, and how many failed."""
-    from kdiag.collectors.kafka_admin import KafkaAdminError
+    from kdiag.kafka.admin import KafkaAdminError
 
     defaults = KafkaConfig()  # the config caches as the daemon has them
     collector = KafkaAdminCollector(bootstrap, timeout=60.0, configs_interval=defaults.configs_interval,

@@ -17,7 +17,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag.lab import read_lab
+from kdiag.tools.lab.lab import read_lab
 
 CHURN_PREFIX = "soak-"
 

@@ -1,5 +1,5 @@
 """Entry point for `python -m kdiag`."""
 
-from kdiag.cli import main
+from kdiag.cli.main import main
 
 raise SystemExit(main())

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 
-from kdiag.lab import read_lab
+from kdiag.tools.lab.lab import read_lab
 
 
 def _unavailable(problem: str):

@@ -18,12 +18,12 @@ import yaml
 from promstack import RECORDINGS, Stack
 from waiting import wait_until
 
-from kdiag.alertmanager import AlertPusher
-from kdiag.config import ConfigError, load_config
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.engine import Diagnosis
-from kdiag.http_client import Authorization, BasicAuth, TLSConfig
-from kdiag.pipeline import State
+from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.config.settings import ConfigError, load_config
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.analysis.engine import Diagnosis
+from kdiag.core.http import Authorization, BasicAuth, TLSConfig
+from kdiag.runtime.pipeline import State
 
 pytestmark = pytest.mark.e2e
 PASSWORD = "s3cretPW"

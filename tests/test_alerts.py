@@ -15,13 +15,13 @@ import yaml
 from promstack import ROOT, binary, free_port
 from waiting import wait_until
 
-from kdiag import alertmanager as am
-from kdiag import alerts
-from kdiag.alertmanager import AlertPusher
-from kdiag.cli import main
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.engine import Diagnosis
-from kdiag.pipeline import State
+from kdiag.alerting import alertmanager as am
+from kdiag.alerting import rules as alerts
+from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.cli.main import main
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.analysis.engine import Diagnosis
+from kdiag.runtime.pipeline import State
 
 RULES = load_catalog([default_rules_dir()])
 BY_ID = {r.id: r for r in RULES}
@@ -204,7 +204,7 @@ def test_pusher_backs_off_logs_once_and_recovers(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(am, "BACKOFF_START", 0.05)
     port = free_port()
     pusher = AlertPusher(f"http://127.0.0.1:{port}", "broker-1", backoff_max=0.2, timeout=1.0)
-    caplog.set_level(logging.INFO, logger="kdiag.alertmanager")
+    caplog.set_level(logging.INFO, logger="kdiag.alerting.alertmanager")
     pusher.start()
     receiver = None
     try:

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kdiag import bench_client, bench_format
-from kdiag.collectors.loadgen import LoadgenCollector, fetch_loadgen_state, samples_from_loadgen_state
-from kdiag.config import Config
-from kdiag.daemon import load_rules
-from kdiag.pipeline import CollectorSet, Pipeline, State
-from kdiag.root import Root
-from kdiag.sample import format_samples
+from kdiag.tools.bench import client as bench_client
+from kdiag.tools.bench import format as bench_format
+from kdiag.collectors.host.loadgen import LoadgenCollector, fetch_loadgen_state, samples_from_loadgen_state
+from kdiag.config.settings import Config
+from kdiag.app.daemon import load_rules
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.core.root import Root
+from kdiag.core.sample import format_samples
 from waiting import wait_until
 
 NUMBER = r"[\d.]+"

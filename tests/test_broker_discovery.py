@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kdiag.broker_discovery import choose, discover, find_brokers, parse_properties
-from kdiag.collectors.kafka_jmx import NO_JARS, KafkaJmxCollector
-from kdiag.config import ConfigError, load_config
-from kdiag.root import Root, SnapshotRoot
+from kdiag.runtime.discovery import choose, discover, find_brokers, parse_properties
+from kdiag.collectors.kafka.jmx import NO_JARS, KafkaJmxCollector
+from kdiag.config.settings import ConfigError, load_config
+from kdiag.core.root import Root, SnapshotRoot
 from waiting import wait_until
 
 JAVA_OPTS = ["-Xmx6G", "-XX:+UseG1GC", "-Dcom.sun.management.jmxremote", "-Dcom.sun.management.jmxremote.port=9999",
@@ -72,7 +72,7 @@ def test_java_properties_syntax():
 def test_a_broker_host_fills_every_unset_item_and_says_where_from(tmp_path, caplog):
     root = host(tmp_path, {1: ["/sbin/init"], 2000: broker_argv("--override", "node.id=7")},
                 {"/opt/kafka/config/server.properties": SERVER_PROPERTIES})
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(load_config(), root)
     assert config.kafka.local_broker_id == 7  # --override beats the file, as in Kafka
     assert config.kafka.bootstrap_servers == "kafka-3.example:9092"  # advertised; the controller listener is no bootstrap
@@ -91,7 +91,7 @@ def test_config_and_flags_win_over_each_discovered_item(tmp_path, caplog):
     given = load_config(overrides={"kafka.bootstrap_servers": "kafka-1.example:9092", "kafka.jmx": ["10.0.0.3:7071"],
                                    "kafka.jmx_classpath": "/srv/kafka/libs/*", "kafka.local_broker_id": 3,
                                    "processes.log_dirs": ["/kafka"]})
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(given, root)
     assert config == given
     assert sum("kept from the config" in r.getMessage() for r in caplog.records) == 5
@@ -99,7 +99,7 @@ def test_config_and_flags_win_over_each_discovered_item(tmp_path, caplog):
 
 def test_a_load_host_without_a_broker_changes_nothing(tmp_path, caplog):
     root = host(tmp_path, {1: ["/sbin/init"], 300: ["java", "-cp", "x.jar", "org.apache.kafka.tools.ProducerPerformance"]})
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(load_config(), root)
     assert config == load_config()
     assert not config.kafka.bootstrap_servers and config.kafka.local_broker_id is None
@@ -115,7 +115,7 @@ def test_a_secured_listener_is_never_a_plaintext_bootstrap(tmp_path, caplog):
     # Only the port given: the JVM then wants a password and TLS on JMX.
     argv = [a for a in broker_argv() if "authenticate" not in a and "jmxremote.ssl" not in a]
     root = host(tmp_path, {2000: argv}, {"/opt/kafka/config/server.properties": secured})
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(load_config(), root)
     assert config.kafka.bootstrap_servers == "" and config.kafka.jmx == []
     assert config.kafka.local_broker_id == 3
@@ -126,7 +126,7 @@ def test_a_secured_listener_is_never_a_plaintext_bootstrap(tmp_path, caplog):
     # Credentials go only to an address the config names: any local user can start a look-alike "broker".
     client = {"security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u", "sasl.password": "p"}
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         assert discover(load_config(overrides={"kafka.client": client}), root).kafka.bootstrap_servers == ""
     assert "kafka.client holds credentials: set kafka.bootstrap_servers (the broker's: kafka-3.example:9094)" in caplog.text
 
@@ -161,7 +161,7 @@ def test_broken_broker_files_are_one_problem_each_never_a_crash(tmp_path, argv, 
 
 def test_only_root_and_the_broker_users_processes_are_read(tmp_path, caplog):
     root = host(tmp_path, {2000: broker_argv()}, {"/opt/kafka/config/server.properties": SERVER_PROPERTIES}, uid=65534)
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         assert discover(load_config(overrides={"kafka.broker_user": "nobody"}), root).kafka.local_broker_id == 3
         caplog.clear()
         assert discover(load_config(overrides={"kafka.broker_user": "no-such-user"}), root) == load_config(
@@ -190,7 +190,7 @@ def test_several_brokers_need_the_config_to_say_which_is_local(tmp_path):
 
 
 def test_no_jars_anywhere_is_one_clear_reason(monkeypatch):
-    monkeypatch.setattr("kdiag.collectors.kafka_jmx.default_classpath", lambda: "")
+    monkeypatch.setattr("kdiag.collectors.kafka.jmx.default_classpath", lambda: "")
     with pytest.raises(RuntimeError) as raised:
         KafkaJmxCollector(["127.0.0.1:1"]).fetch()
     assert str(raised.value) == NO_JARS and "set kafka.jmx_classpath" in NO_JARS
@@ -276,7 +276,7 @@ def test_secrets_of_the_broker_never_reach_the_log(tmp_path, caplog):
                   f"ssl.keystore.password={secret}\nlisteners=SASL_SSL://:9094,BROKEN{secret}\nnode.id={secret}\n")
     argv = [*broker_argv()[:1], f"-Djavax.net.ssl.keyStorePassword={secret}", *broker_argv()[1:]]
     root = host(tmp_path, {2000: argv}, {"/opt/kafka/config/server.properties": properties})
-    with caplog.at_level(logging.DEBUG, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.DEBUG, logger="kdiag.runtime.discovery"):
         discover(load_config(), root)
     assert caplog.records and secret not in caplog.text
 

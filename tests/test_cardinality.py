@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kdiag.cardinality import SeriesFilter, cap_kafka_series
-from kdiag.collectors.kafka_admin_samples import samples_from_admin_state
-from kdiag.config import ConfigError, load_config
-from kdiag.daemon import Background
-from kdiag.catalog import load_catalog
-from kdiag.engine import Engine
-from kdiag.exporter import FamilyCache, Published, render_metrics
-from kdiag.pipeline import State
-from kdiag.root import Root
-from kdiag.sample import COUNTER, GAUGE, HISTOGRAM, Sample, sample
+from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
+from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
+from kdiag.config.settings import ConfigError, load_config
+from kdiag.app.daemon import Background
+from kdiag.analysis.catalog import load_catalog
+from kdiag.analysis.engine import Engine
+from kdiag.serve.exporter import FamilyCache, Published, render_metrics
+from kdiag.runtime.pipeline import State
+from kdiag.core.root import Root
+from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM, Sample, sample
 
 STATE = Path(__file__).parent / "fixtures" / "kafka" / "admin-state.json"
 
@@ -299,8 +299,8 @@ def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
 
 
 def test_carried_samples_are_present_without_a_staircase_of_repeated_points():
-    from kdiag.history import History
-    from kdiag.sample import COUNTER
+    from kdiag.core.history import History
+    from kdiag.core.sample import COUNTER
 
     history = History(900)
     fetch = [sample("kdiag_kafka_topic_log_end_offset_total", 0, COUNTER, topic="a")]
@@ -319,7 +319,7 @@ def test_carried_samples_are_present_without_a_staircase_of_repeated_points():
 
 
 def test_a_carried_series_whose_points_aged_out_is_absent_until_it_gets_one_again():
-    from kdiag.history import History
+    from kdiag.core.history import History
 
     history = History(retention=60)
     fetch = [sample("kdiag_kafka_brokers", 3)]

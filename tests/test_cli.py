@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.cli import main
+from kdiag.cli.main import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
 T0 = 1_700_000_000.0

@@ -13,10 +13,10 @@ import pytest
 from promstack import RECORDINGS, Stack, get_json
 from waiting import wait_until
 
-from kdiag.cli import main
-from kdiag.collectors.processes import ProcessesCollector
-from kdiag.config import ConfigError, load_config
-from kdiag.root import Root
+from kdiag.cli.main import main
+from kdiag.collectors.host.processes import ProcessesCollector
+from kdiag.config.settings import ConfigError, load_config
+from kdiag.core.root import Root
 
 SECRETS = ("hunter2", "tok3n", "s3cretPW")
 SECRET_ARGS = ["--db-password=hunter2", "--api-token", "tok3n", "http://admin:s3cretPW@host/"]

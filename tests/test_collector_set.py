@@ -6,9 +6,9 @@ import threading
 
 from waiting import wait_until
 
-from kdiag.pipeline import CollectorSet
-from kdiag.root import Root
-from kdiag.sample import GAUGE, sample
+from kdiag.runtime.pipeline import CollectorSet
+from kdiag.core.root import Root
+from kdiag.core.sample import GAUGE, sample
 
 
 class Counting:

@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-from kdiag.config import LIMITS, Config, ConfigError, Duration, KafkaConfig, ProcessesConfig, load_config
+from kdiag.config.settings import LIMITS, Config, ConfigError, Duration, KafkaConfig, ProcessesConfig, load_config
 
 
 def write(tmp_path, text: str):

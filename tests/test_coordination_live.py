@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from waiting import wait_until
 
-from kdiag.coordination import SESSION_TIMEOUT_MS, Coordinator, client_id, member_of
-from kdiag.kafka_client import ClientSettings
-from kdiag.scope import Member
+from kdiag.kafka.coordination import SESSION_TIMEOUT_MS, Coordinator, client_id, member_of
+from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.coordination import Member
 
 pytestmark = pytest.mark.kafka
 
@@ -80,9 +80,9 @@ def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
 
 KILLED = """
 import sys, threading
-from kdiag.coordination import Coordinator
-from kdiag.kafka_client import ClientSettings
-from kdiag.scope import Member
+from kdiag.kafka.coordination import Coordinator
+from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.coordination import Member
 Coordinator(sys.argv[1], ClientSettings(), Member("killed", 9), sys.argv[2], sys.argv[3]).start()
 threading.Event().wait()
 """

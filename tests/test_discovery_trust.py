@@ -19,11 +19,11 @@ import pytest
 import yaml
 from waiting import wait_until
 
-from kdiag.broker_discovery import discover
-from kdiag.collectors.kafka_jmx import KafkaJmxCollector
-from kdiag.config import load_config
-from kdiag.daemon import jmx_collector
-from kdiag.root import Root, SnapshotRoot
+from kdiag.runtime.discovery import discover
+from kdiag.collectors.kafka.jmx import KafkaJmxCollector
+from kdiag.config.settings import load_config
+from kdiag.app.daemon import jmx_collector
+from kdiag.core.root import Root, SnapshotRoot
 
 NOBODY = 65534
 SECRET = "jmx-s3cret"
@@ -87,7 +87,7 @@ def test_another_users_look_alike_broker_gets_nothing_run_and_no_secret(fake_bro
                                     "kafka.jmx_password_file": str(password), "kafka.jmx_ssl": True,
                                     "kafka.jmx_truststore": str(truststore),
                                     "kafka.jmx_truststore_password_file": str(password)})
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(config, Root())
     assert str(evil) not in config.kafka.jmx_classpath
     collector = jmx_collector(config)
@@ -139,7 +139,7 @@ def test_a_trusted_brokers_classpath_others_can_write_is_not_used(tmp_path, capl
     libs.chmod(0o777)
     root = snapshot(tmp_path, 2000, ["java", "-cp", f"{libs}/*", "kafka.Kafka", "/etc/kafka/server.properties"],
                     {"/etc/kafka/server.properties": "node.id=1\nlisteners=PLAINTEXT://127.0.0.1:9092\n"})
-    with caplog.at_level(logging.INFO, logger="kdiag.broker_discovery"):
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(load_config(), root)
     assert config.kafka.local_broker_id == 1 and config.kafka.jmx_classpath == ""
     assert (f"broker discovery: the -cp of pid 2000 is not used to run JmxTool: {libs} can be written by others "
@@ -147,7 +147,7 @@ def test_a_trusted_brokers_classpath_others_can_write_is_not_used(tmp_path, capl
 
 
 def test_a_newline_in_a_brokers_path_forges_no_log_line(tmp_path):
-    properties = "/srv/x\nERROR kdiag.daemon: FORGED LOG LINE\n/server.properties"
+    properties = "/srv/x\nERROR kdiag.app.daemon: FORGED LOG LINE\n/server.properties"
     root = snapshot(tmp_path, 2000, ["java", "kafka.Kafka", properties], {properties: "node.id=1\n"})
     procfs = tmp_path / "rec" / "0000" / "proc"
     config, log, port = tmp_path / "kdiag.yaml", tmp_path / "kdiag.log", free_port()
@@ -162,5 +162,5 @@ def test_a_newline_in_a_brokers_path_forges_no_log_line(tmp_path):
         proc.terminate()
         proc.wait(timeout=30)
     forged = [line for line in log.read_text().splitlines() if "FORGED" in line]
-    assert forged and all(r"/srv/x\x0aERROR kdiag.daemon: FORGED LOG LINE\x0a/server.properties" in line
+    assert forged and all(r"/srv/x\x0aERROR kdiag.app.daemon: FORGED LOG LINE\x0a/server.properties" in line
                           for line in forged), forged

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.drill import Interrupted, Runner
-from kdiag.drill_results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
-from kdiag.drill_faults import Target, assignment
-from kdiag.drills import BY_NAME, DRILLS, Drill, firing
-from kdiag.catalog import Rule
-from kdiag.engine import Diagnosis
-from kdiag.pipeline import State
+from kdiag.tools.drill.drill import Interrupted, Runner
+from kdiag.tools.drill.results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
+from kdiag.tools.drill.faults import Target, assignment
+from kdiag.tools.drill.catalog import BY_NAME, DRILLS, Drill, firing
+from kdiag.analysis.catalog import Rule
+from kdiag.analysis.engine import Diagnosis
+from kdiag.runtime.pipeline import State
 
 RECORDINGS = Path(__file__).parent / "recordings"
 

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 from waiting import wait_until
 
-from kdiag import lab
+from kdiag.tools.lab import lab
 
 pytestmark = pytest.mark.kafka
 BREAKING_ALLOWED = os.environ.get("KDIAG_DRILLS") == "1"
@@ -145,7 +145,7 @@ def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name,
 def test_every_drill_is_diagnosed_alerted_and_reverted_and_leaves_the_cluster_whole(cluster, tmp_path):
     from promstack import Shared, Stack
 
-    from kdiag.drills import DRILLS
+    from kdiag.tools.drill.catalog import DRILLS
 
     # `kdiag drill run --all`; without KDIAG_DRILLS=1 (a shared lab), the drills that neither stop brokers nor set
     # cluster-wide configs.
@@ -169,11 +169,11 @@ def test_every_drill_is_diagnosed_alerted_and_reverted_and_leaves_the_cluster_wh
 
 
 def test_a_drill_that_times_out_still_reverts(cluster, monkeypatch):
-    from kdiag.drill import Runner
-    from kdiag.drills import Drill, forced_fsync
+    from kdiag.tools.drill.drill import Runner
+    from kdiag.tools.drill.catalog import Drill, forced_fsync
 
     monkeypatch.setenv("KDIAG_LAB_DIR", cluster["dir"])
-    from kdiag.drill_cli import lab_target
+    from kdiag.tools.drill.cli import lab_target
 
     # forced_fsync injected, but a rule it cannot fire expected: the wait times out, the revert still runs.
     never = Drill("never", "forced fsync expecting swap", ["swap_in_use"], forced_fsync, timeout=15,

@@ -13,12 +13,12 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from waiting import wait_until
 
-from kdiag.drill_faults import Target, delete_leftover_topics
+from kdiag.tools.drill.faults import Target, delete_leftover_topics
 
 # A drill process: the fault's scanner over one log dir, then waiting to be killed.
 DRILL = """
 import sys, time
-from kdiag.drill_faults import scanner
+from kdiag.tools.drill.faults import scanner
 with scanner([sys.argv[1]]) as process:
     print(process.pid, flush=True)
     time.sleep(600)

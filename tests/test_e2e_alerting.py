@@ -13,10 +13,10 @@ import yaml
 from promstack import ROOT, Stack, free_port, get_json
 from waiting import wait_until
 
-from kdiag.alertmanager import AlertPusher
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.engine import Diagnosis
-from kdiag.pipeline import State
+from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.analysis.engine import Diagnosis
+from kdiag.runtime.pipeline import State
 
 pytestmark = pytest.mark.e2e
 RULES = {r.id: r for r in load_catalog([default_rules_dir()])}
@@ -151,7 +151,7 @@ def test_pusher_alerts_carry_the_dynamic_summary_and_resolve(alertmanager: str) 
 def test_a_cause_mutes_symptoms_of_its_brokers_from_any_daemon_and_no_others(alertmanager: str) -> None:
     """Two daemons push: a host cause on broker 2's host and a topic cause on broker 1 mute another daemon's probe
     symptoms for brokers 2 and 1, and leave broker 3's alone."""
-    from kdiag.scope import Reporting
+    from kdiag.kafka.coordination import Reporting
 
     cluster, now = f"fleet-{free_port()}", time.time()
     scanner = diagnosis("foreign_io_scanner", "pid 4711 tar", now - 60, "tar reads the log dir", {})

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.cli import main
-from kdiag.catalog import CatalogError, default_rules_dir, load_catalog, parse_duration
-from kdiag.engine import Engine, render
+from kdiag.cli.main import main
+from kdiag.analysis.catalog import CatalogError, default_rules_dir, load_catalog
+from kdiag.core.units import parse_duration
+from kdiag.analysis.engine import Engine, render
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 CONTRACT_CAUSES = ("small_packet_storm", "nic_irq_on_cpu0", "swap_in_use", "foreign_io_scanner")
@@ -271,7 +272,7 @@ def test_evaluation_error_is_logged_once_and_does_not_hold(tmp_path, caplog):
           source: tests
         """)
     engine = Engine(rules)
-    with caplog.at_level(logging.WARNING, logger="kdiag.engine"):
+    with caplog.at_level(logging.WARNING, logger="kdiag.analysis.engine"):
         assert engine.evaluate(0, signals({"eth0": 1.0})) == []
         assert engine.evaluate(1, signals({"eth0": 1.0})) == []
     warnings = [r for r in caplog.records if "typed" in r.getMessage()]

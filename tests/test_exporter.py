@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kdiag.config import Config
-from kdiag.daemon import host_collectors
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.exporter import SCHEDULE_NOTE, Published, render_metrics
-from kdiag.pipeline import CollectorSet, Health, Pipeline, State
-from kdiag.recording import record
-from kdiag.root import Root, SnapshotRoot
-from kdiag.webserver import Exporter
+from kdiag.config.settings import Config
+from kdiag.app.daemon import host_collectors
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.serve.exporter import SCHEDULE_NOTE, Published, render_metrics
+from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
+from kdiag.recording.recording import record
+from kdiag.core.root import Root, SnapshotRoot
+from kdiag.serve.webserver import Exporter
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,7 @@ def test_exporter_binds_loopback_port_zero():
 
 def test_diagnoses_exported(tmp_path):
     """A firing and a pending diagnosis become kdiag_diagnosis_active 1 and 0, with float evidence."""
-    from kdiag.engine import Engine
+    from kdiag.analysis.engine import Engine
 
     rules = tmp_path / "r.yaml"
     rules.write_text("""\
@@ -265,9 +265,9 @@ SKEW_RULE = """\
 
 def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by_all(tmp_path):
     """Kafka series get `cluster`; a topic diagnosis is exported only while reporting, yet always in the JSON."""
-    from kdiag.engine import Engine
-    from kdiag.sample import sample
-    from kdiag.scope import Member, Reporting
+    from kdiag.analysis.engine import Engine
+    from kdiag.core.sample import sample
+    from kdiag.kafka.coordination import Member, Reporting
 
     (tmp_path / "r.yaml").write_text(SKEW_RULE)
     rules = load_catalog([tmp_path / "r.yaml"])

@@ -15,18 +15,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from promstack import binary
 from waiting import wait_until
 
-from kdiag.alertmanager import AlertPusher
-from kdiag.catalog import load_catalog
-from kdiag.collectors.kafka_admin_samples import samples_from_admin_state
-from kdiag.collectors.netclass import NetclassCollector
-from kdiag.config import Config
-from kdiag.daemon import host_collectors
-from kdiag.engine import Engine
-from kdiag.exporter import FamilyCache, Published, label_value, render_metrics
-from kdiag.pipeline import CollectorSet, Pipeline, State
-from kdiag.report_html import recording_report
-from kdiag.root import Root
-from kdiag.sample import COUNTER, GAUGE, HISTOGRAM, sample
+from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.analysis.catalog import load_catalog
+from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
+from kdiag.collectors.host.netclass import NetclassCollector
+from kdiag.config.settings import Config
+from kdiag.app.daemon import host_collectors
+from kdiag.analysis.engine import Engine
+from kdiag.core.quote import label_value
+from kdiag.serve.exporter import FamilyCache, Published, render_metrics
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.report.html import recording_report
+from kdiag.core.root import Root
+from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM, sample
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from build_recordings import write_recording
 from field_recordings import FIRING, QUIET
 
-from kdiag.cli import main
+from kdiag.cli.main import main
 
 
 @pytest.fixture(scope="module")

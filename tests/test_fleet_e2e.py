@@ -24,7 +24,7 @@ from promstack import ROOT, Stack, get_json, query, target_health
 from test_kafka_rules_live import create_topic
 from waiting import wait_until
 
-from kdiag.drill_faults import keyed_load
+from kdiag.tools.drill.faults import keyed_load
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 INTERVAL = 5.0  # the daemons' default cycle; the handover is judged in cycles
@@ -75,7 +75,7 @@ def listed(address: str, topic: str) -> dict | None:
 
 def election(logs: list[Path]) -> str:
     """Seconds from the first `leaving coordination group` line to the `now reporting` line after it."""
-    stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO kdiag.coordination: (leaving|now reporting)")
+    stamp = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO kdiag.kafka.coordination: (leaving|now reporting)")
     events = sorted(m.groups() for p in logs if p.exists() for line in p.read_text(errors="replace").splitlines()
                     if (m := stamp.match(line)))
     left = next((t for t, what in events if what == "leaving"), None)

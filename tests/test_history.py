@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.history import WRAP32, History, counter_increase, window_rate
-from kdiag.sample import COUNTER, COUNTER32, GAUGE, sample
+from kdiag.core.history import WRAP32, History, counter_increase, window_rate
+from kdiag.core.sample import COUNTER, COUNTER32, GAUGE, sample
 
 
 def feed(history: History, points: list[tuple[float, float]], name: str = "kdiag_x_total", kind: str = COUNTER,

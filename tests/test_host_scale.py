@@ -10,9 +10,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from big_host import CPUS, DISKS, NICS, QUEUES, disk_name, write_big_host
 
-from kdiag.config import load_config
-from kdiag.daemon import replay
-from kdiag.recording import Recording
+from kdiag.config.settings import load_config
+from kdiag.app.daemon import replay
+from kdiag.recording.recording import Recording
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kdiag import yamlsafe
-from kdiag.catalog import CatalogError, load_catalog
-from kdiag.quote import quote
+from kdiag.core import yamlsafe
+from kdiag.analysis.catalog import CatalogError, load_catalog
+from kdiag.core.quote import quote
 
 MEMORY_LIMIT = 1 << 30  # the bombs expanded to 2.9-3.4 GB before; a regression hits this and fails fast
 RULE = textwrap.dedent("""\

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from kdiag import bench_client
-from kdiag.java_security import JavaPropError, jaas_credentials, translate
+from kdiag.tools.bench import client as bench_client
+from kdiag.kafka.java_security import JavaPropError, jaas_credentials, translate
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -52,7 +52,7 @@ def test_java_only_props_are_refused_naming_the_prop_and_why(props, message):
 def test_bench_refuses_them_with_one_line_and_exit_2(capsys):
     argv = ["bench", "produce", "--bootstrap-server", "127.0.0.1:1", "--topic", "t", "--num-records", "1",
             "--record-size", "1", "--throughput", "-1", "--no-stats", "--producer-props", "ssl.provider=SunJSSE"]
-    from kdiag import cli
+    from kdiag.cli import main as cli
 
     assert cli.main(argv) == 2
     err = capsys.readouterr().err

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag import cli
-from kdiag.config import ConfigError, load_config
-from kdiag.kafka_client import ClientConfigError, ClientSettings, ErrorLog, explain
+from kdiag.cli import main as cli
+from kdiag.config.settings import ConfigError, load_config
+from kdiag.kafka.client import ClientConfigError, ClientSettings, ErrorLog, explain
 
 SECRET = "s3cr3t-Pw_42"
 
@@ -146,7 +146,7 @@ def test_error_log_keeps_the_telling_error_and_never_a_secret():
 def test_a_sensitive_config_entry_is_never_stored():
     from confluent_kafka.admin import ConfigEntry, ConfigSource
 
-    from kdiag.collectors.kafka_admin import _pick
+    from kdiag.kafka.admin import _pick
 
     entries = {"log.dirs": ConfigEntry("log.dirs", "/data", ConfigSource.STATIC_BROKER_CONFIG),
                "num.io.threads": ConfigEntry("num.io.threads", SECRET, ConfigSource.DYNAMIC_BROKER_CONFIG, is_sensitive=True)}

@@ -18,9 +18,10 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 
-from kdiag.collectors.jmx_auth import JmxAuth
-from kdiag.collectors.kafka_admin import KafkaAdminCollector, KafkaAdminError
-from kdiag.collectors.kafka_jmx import KafkaJmxCollector
+from kdiag.kafka.jmx_auth import JmxAuth
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.admin import KafkaAdminError
+from kdiag.collectors.kafka.jmx import KafkaJmxCollector
 from promstack import free_port
 from waiting import wait_until
 
@@ -229,7 +230,7 @@ def lab_ca_signed(secure_lab, tmp_path) -> Iterator[dict[str, str]]:
 
 
 def test_expired_and_wrong_host_certificates_are_named(secure_lab, lab_ca_signed):
-    from kdiag.kafka_client import ClientSettings
+    from kdiag.kafka.client import ClientSettings
 
     settings = ClientSettings.resolve(lab_kafka(secure_lab)["client"])
     expected = {"expired": "the broker's certificate has expired: renew it",

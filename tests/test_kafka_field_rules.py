@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.engine import Diagnosis, Engine
-from kdiag.history import History
-from kdiag.sample import COUNTER, GAUGE, Sample, sample
-from kdiag.subject_kinds import compute_signals
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.core.history import History
+from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.analysis.subject_kinds import compute_signals
 
 STEP = 5.0
 

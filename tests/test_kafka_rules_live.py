@@ -13,11 +13,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from waiting import wait_until
 
-from kdiag.drill_faults import keyed_load
-from kdiag.config import load_config
-from kdiag.daemon import kafka_collectors, load_rules
-from kdiag.pipeline import CollectorSet, Pipeline, State
-from kdiag.root import Root
+from kdiag.tools.drill.faults import keyed_load
+from kdiag.config.settings import load_config
+from kdiag.app.daemon import kafka_collectors, load_rules
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.core.root import Root
 
 pytestmark = pytest.mark.kafka
 

@@ -13,8 +13,10 @@ from confluent_kafka.admin import AdminClient
 
 from waiting import wait_until
 
-from kdiag import lab, lab_cli, lab_nodes
-from kdiag.config import load_config
+from kdiag.tools.lab import lab
+from kdiag.tools.lab import cli as lab_cli
+from kdiag.tools.lab import nodes as lab_nodes
+from kdiag.config.settings import load_config
 
 pytestmark = [
     pytest.mark.kafka,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.lab_jars import LabError
-from kdiag.lab_nodes import HEAP, heap
+from kdiag.tools.lab.jars import LabError
+from kdiag.tools.lab.nodes import HEAP, heap
 
 
 def test_default_and_override(monkeypatch):

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from kdiag import lab_security
-from kdiag.lab_jars import LabError
+from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab.jars import LabError
 
 
 @pytest.fixture(scope="module")

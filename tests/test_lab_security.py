@@ -14,8 +14,8 @@ from confluent_kafka.admin import AdminClient
 from conftest import lab_client_conf
 from test_lab import kafka_running, run
 
-from kdiag import lab
-from kdiag.lab_jars import jars_ok
+from kdiag.tools.lab import lab
+from kdiag.tools.lab.jars import jars_ok
 
 pytestmark = [
     pytest.mark.kafka,

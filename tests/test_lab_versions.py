@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kdiag import jvm_gc, lab_nodes, lab_versions
-from kdiag.collectors import jmx_legacy
-from kdiag.collectors.kafka_jmx import QUERIES
-from kdiag.lab_jars import LabError
-from kdiag.lab_layout import server_properties
+from kdiag.kafka import jvm_gc
+from kdiag.tools.lab import nodes as lab_nodes
+from kdiag.tools.lab import versions as lab_versions
+from kdiag.kafka import jmx_legacy
+from kdiag.collectors.kafka.jmx import QUERIES
+from kdiag.tools.lab.jars import LabError
+from kdiag.tools.lab.layout import server_properties
 
 
 @pytest.mark.parametrize(("version", "mode"), [("2.8.2", "zookeeper"), ("3.2.3", "zookeeper"), ("3.3.2", "kraft"), ("4.4.0", "kraft")])

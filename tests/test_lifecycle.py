@@ -20,14 +20,14 @@ import pytest
 from promstack import RECORDINGS, Shared, Stack, free_port, get_json
 from waiting import wait_until
 
-from kdiag.alertmanager import timestamp
-from kdiag.collectors.loadavg import LoadavgCollector
-from kdiag.daemon import Background
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.exporter import Published
-from kdiag.pipeline import State
-from kdiag.root import Root
-from kdiag.statefile import RESTORE_WITHIN_SECONDS, decode
+from kdiag.alerting.alertmanager import timestamp
+from kdiag.collectors.host.loadavg import LoadavgCollector
+from kdiag.app.daemon import Background
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.serve.exporter import Published
+from kdiag.runtime.pipeline import State
+from kdiag.core.root import Root
+from kdiag.analysis.statefile import RESTORE_WITHIN_SECONDS, decode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # Liveness bounds, not performance asserts: generous for a loaded 2-core CI machine.
@@ -331,7 +331,7 @@ def test_a_restart_keeps_firing_and_pending_diagnoses_and_their_since(tmp_path, 
     after = second.wait(lambda: second.diagnoses() or None, "the first cycle after the restart")
     for rule in ("small_packet_storm", "held_for_an_hour"):
         assert (after[rule]["state"], after[rule]["since"]) == (before[rule]["state"], before[rule]["since"]), rule
-    assert re.search(rf"INFO kdiag.statefile: restored {len(after)} diagnosis\(es\) from {state_dir}", second.text())
+    assert re.search(rf"INFO kdiag.analysis.statefile: restored {len(after)} diagnosis\(es\) from {state_dir}", second.text())
     # Evaluated again on fresh data, they keep their since: the storm stays firing, `for` was not reset.
     second.wait(lambda: second.metric("kdiag_last_cycle_timestamp_seconds ") > after["small_packet_storm"]["since"] + 25,
                 "cycles after the restart")

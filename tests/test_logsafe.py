@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from kdiag.logsafe import EscapingFormatter
+from kdiag.core.logsafe import EscapingFormatter
 
 
 @pytest.fixture
@@ -25,8 +25,8 @@ def logged():
 
 def test_control_characters_in_a_message_show_as_escapes(logged):
     logger, stream = logged
-    logger.warning("path %s", "/x\nERROR kdiag.daemon: FORGED\r\t\x1b[2J\x00\x7f\x85\u2028é")
-    assert stream.getvalue() == (r"WARNING kdiag.test_logsafe: path /x\x0aERROR kdiag.daemon: FORGED\x0d\x09\x1b[2J\x00\x7f"
+    logger.warning("path %s", "/x\nERROR kdiag.app.daemon: FORGED\r\t\x1b[2J\x00\x7f\x85\u2028é")
+    assert stream.getvalue() == (r"WARNING kdiag.test_logsafe: path /x\x0aERROR kdiag.app.daemon: FORGED\x0d\x09\x1b[2J\x00\x7f"
                                  r"\x85\u2028" "é\n")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.outfile import OutputError, check_output_dir, write_output
+from kdiag.core.outfile import OutputError, check_output_dir, write_output
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 

@@ -7,12 +7,12 @@ from concurrent.futures import Future
 
 import pytest
 
-from kdiag import probe_topic
-from kdiag.probe import MAGIC, PAYLOAD, ProbeService
-from kdiag.probe_config import ProbeConfig
-from kdiag.probe_metrics import HELP, Histogram
-from kdiag.probe_topic import Topology
-from kdiag.sample import COUNTER, GAUGE, HISTOGRAM
+from kdiag.probe import topic as probe_topic
+from kdiag.probe.probe import MAGIC, PAYLOAD, ProbeService
+from kdiag.config.probe import ProbeConfig
+from kdiag.probe.metrics import HELP, Histogram
+from kdiag.probe.topic import Topology
+from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM
 from waiting import timed_wait
 
 # -- Histogram -----------------------------------------------------------------------------------------

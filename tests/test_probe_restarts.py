@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from kdiag import lab
-from kdiag.drill_faults import Target, kill_acking_alone
-from kdiag.probe import ProbeService
-from kdiag.probe_config import ProbeConfig
+from kdiag.tools.lab import lab
+from kdiag.tools.drill.faults import Target, kill_acking_alone
+from kdiag.probe.probe import ProbeService
+from kdiag.config.probe import ProbeConfig
 from waiting import wait_until
 
 pytestmark = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kdiag.probe_sequence import DUPLICATE, OUT_OF_ORDER, RECEIVED, REREAD, SequenceTracker
+from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, RECEIVED, REREAD, SequenceTracker
 
 
 def test_in_order_messages_are_received_and_nothing_stays_pending():

@@ -8,11 +8,11 @@ import time
 
 from waiting import wait_until
 
-from kdiag.config import Config
-from kdiag.daemon import host_collectors, load_rules
-from kdiag.exporter import Published
-from kdiag.pipeline import CollectorSet, Pipeline
-from kdiag.root import Root
+from kdiag.config.settings import Config
+from kdiag.app.daemon import host_collectors, load_rules
+from kdiag.serve.exporter import Published
+from kdiag.runtime.pipeline import CollectorSet, Pipeline
+from kdiag.core.root import Root
 
 READER = "import sys, pathlib\nwhile True:\n  [p.read_bytes() for p in pathlib.Path(sys.argv[1]).iterdir()]"
 RETENTION = 10.0

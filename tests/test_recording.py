@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.config import Config
-from kdiag.daemon import host_collectors, replay
-from kdiag.exporter import render_metrics
-from kdiag.pipeline import CollectorSet, Pipeline
-from kdiag.recording import FORMAT, VERSION, Recording, RecordingError, record
-from kdiag.root import Root, SnapshotRoot
+from kdiag.config.settings import Config
+from kdiag.app.daemon import host_collectors, replay
+from kdiag.serve.exporter import render_metrics
+from kdiag.runtime.pipeline import CollectorSet, Pipeline
+from kdiag.recording.recording import FORMAT, VERSION, Recording, RecordingError, record
+from kdiag.core.root import Root, SnapshotRoot
 
 FIXTURE = Path(__file__).parent / "fixtures" / "host-vm2"
 # Files of the contract that every host has and the collectors read.
@@ -297,7 +297,7 @@ def test_corrupt_manifest_is_a_recording_error(tmp_path, from_fixture):
 
 
 def test_broker_open_fd_count_replays_when_its_links_were_not_followed(tmp_path):
-    from kdiag.collectors.processes import ProcessesCollector
+    from kdiag.collectors.host.processes import ProcessesCollector
 
     fixture = Path(__file__).parent / "fixtures" / "procs-t0"
     live_root = Root(fixture / "proc", fixture / "sys")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.cli import main
-from kdiag.recording import Recording, RecordingError
-from kdiag.recording_archive import MAX_FILE_BYTES
+from kdiag.cli.main import main
+from kdiag.recording.recording import Recording, RecordingError
+from kdiag.core.archive import MAX_FILE_BYTES
 
 RECORDINGS = Path(__file__).parent / "recordings"
 ADMIN_STATE = Path(__file__).parent / "fixtures" / "kafka" / "admin-state.json"

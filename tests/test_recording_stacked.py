@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.config import Config
-from kdiag.daemon import host_collectors
-from kdiag.pipeline import CollectorSet, Pipeline, State
-from kdiag.recording import Recording, record
-from kdiag.root import Root
+from kdiag.config.settings import Config
+from kdiag.app.daemon import host_collectors
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.recording.recording import Recording, record
+from kdiag.core.root import Root
 
 HOST = Path(__file__).parent / "fixtures" / "storage-host"
 START, INTERVAL, SNAPSHOTS = 1_700_000_000.0, 5.0, 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.redact import (
+from kdiag.core.redact import (
     ARG_MAX,
     ARGS_MAX,
     FULL,

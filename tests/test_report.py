@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from kdiag.config import Config
-from kdiag.daemon import load_rules
-from kdiag.engine import Engine
-from kdiag.pipeline import State
-from kdiag.report import render_text
+from kdiag.config.settings import Config
+from kdiag.app.daemon import load_rules
+from kdiag.analysis.engine import Engine
+from kdiag.runtime.pipeline import State
+from kdiag.report.text import render_text
 
 FSYNC_TOPIC = {"name": "orders", "flush_messages": 1.0, "flush_messages_override": 1.0, "flush_ms": 1e18, "flush_ms_override": 0.0,
                "messages_per_second": 500.0, "on_brokers": "1"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.cli import main
+from kdiag.cli.main import main
 
 RECORDINGS = Path(__file__).parent / "recordings"
 FAULTS = {

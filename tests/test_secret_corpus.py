@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.redact import FULL, MASKED, cmdline_label, mask_argv, redact_cmdline_file
+from kdiag.core.redact import FULL, MASKED, cmdline_label, mask_argv, redact_cmdline_file
 
 CORPUS = Path(__file__).parent / "fixtures" / "secret_forms.txt"
 _MARKED = re.compile(r"\[\[(.+?)\]\]")

@@ -3,9 +3,9 @@ computation (Kafka samples carried between fetches, a fetch that fails, series a
 
 from __future__ import annotations
 
-from kdiag.history import History
-from kdiag.sample import COUNTER, GAUGE, Sample, sample
-from kdiag.subject_kinds import SignalCache, compute_signals
+from kdiag.core.history import History
+from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.analysis.subject_kinds import SignalCache, compute_signals
 
 
 def host(t: float) -> list[Sample]:

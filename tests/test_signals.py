@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.history import History
-from kdiag.sample import COUNTER, COUNTER32, GAUGE, Sample, sample
-from kdiag.subject_kinds import SUBJECT_KINDS, compute_signals
+from kdiag.core.history import History
+from kdiag.core.sample import COUNTER, COUNTER32, GAUGE, Sample, sample
+from kdiag.analysis.subject_kinds import SUBJECT_KINDS, compute_signals
 
 WINDOW = 30.0
 

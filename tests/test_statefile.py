@@ -16,11 +16,11 @@ from promstack import free_port
 from test_lifecycle import Kdiag, fast_recording, write_config
 from waiting import wait_until
 
-from kdiag import statefile
-from kdiag.catalog import default_rules_dir, load_catalog
-from kdiag.config import ConfigError
-from kdiag.engine import Diagnosis
-from kdiag.statefile import FILE_NAME, StateFile
+from kdiag.analysis import statefile
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.config.settings import ConfigError
+from kdiag.analysis.engine import Diagnosis
+from kdiag.analysis.statefile import FILE_NAME, StateFile
 
 RULES = load_catalog([default_rules_dir()])
 ROOT_ONLY = "root-only secret\n"
@@ -62,7 +62,7 @@ def test_planted_symlinks_are_neither_written_nor_read_through(tmp_path, caplog)
     (d / f".{FILE_NAME}.tmp").symlink_to(target)  # the temp name kdiag used to write through
     (d / FILE_NAME).symlink_to(foreign)
     sf = StateFile(d / FILE_NAME, "h")
-    with caplog.at_level(logging.WARNING, logger="kdiag.statefile"):
+    with caplog.at_level(logging.WARNING, logger="kdiag.analysis.statefile"):
         assert load_within(sf) == []
     assert "symlink" in caplog.text
     sf.save([], force=True)
@@ -138,7 +138,7 @@ def test_a_corrupt_state_file_is_dropped_with_its_reason(tmp_path, caplog, conte
     else:
         (d / FILE_NAME).write_text(content)
     sf = StateFile(d / FILE_NAME, "h")
-    with caplog.at_level(logging.WARNING, logger="kdiag.statefile"):
+    with caplog.at_level(logging.WARNING, logger="kdiag.analysis.statefile"):
         assert load_within(sf) == []
     assert reason in caplog.text
     sf.close()
@@ -180,7 +180,7 @@ WRITER = """
 import sys, time
 from pathlib import Path
 from test_statefile import RULES, Diagnosis
-from kdiag.statefile import StateFile
+from kdiag.analysis.statefile import StateFile
 try:
     sf = StateFile(Path(sys.argv[1]), "h")
 except Exception as e:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.cli import main
-from kdiag.quote import printable, printable_lines
+from kdiag.cli.main import main
+from kdiag.core.quote import printable, printable_lines
 
 RECORDINGS = Path(__file__).parent / "recordings"
 # Retitle the window, then move up a line and erase it: an earlier line of the report rewritten.

@@ -1,4 +1,4 @@
-"""kdiag.trust on real trees: owners, modes, sticky directories, links and classpaths (chown needs root)."""
+"""kdiag.core.trust on real trees: owners, modes, sticky directories, links and classpaths (chown needs root)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.trust import why_untrusted, why_untrusted_classpath
+from kdiag.core.trust import why_untrusted, why_untrusted_classpath
 
 NOBODY = 65534
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")

@@ -27,7 +27,7 @@ pytestmark = [
 LAB = Path(os.environ.get("KDIAG_MATRIX_LAB", "/nonexistent"))
 HOLD = float(os.environ.get("KDIAG_MATRIX_HOLD", "120"))  # seconds every collector must stay at success 1
 COLLECTORS = ("kafka_admin", "kafka_jmx", "probe")
-# The JMX series the Kafka rules read (kdiag/kafka_signals.py), each needing a value at every version.
+# The JMX series the Kafka rules read (kdiag/analysis/kafka_signals.py), each needing a value at every version.
 JMX_SERIES = (
     "kdiag_kafka_request_handler_idle_ratio",
     "kdiag_kafka_network_processor_idle_ratio",

@@ -24,8 +24,8 @@ from test_webserver import PASSWORD as TLS_PASSWORD
 from test_webserver import SERVER_EXT, Kdiag, closed_by_server, make_ca, make_cert, web_config
 from waiting import wait_until
 
-from kdiag.webauth import FREE_FAILURES
-from kdiag.webconfig import load_web_config
+from kdiag.serve.webauth import FREE_FAILURES
+from kdiag.serve.webconfig import load_web_config
 
 USER = "prom"
 PASSWORD = b"right-password"

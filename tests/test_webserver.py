@@ -17,7 +17,7 @@ import yaml
 from promstack import RECORDINGS, binary, free_port, query, start_prometheus, stop
 from waiting import wait_until
 
-from kdiag.webconfig import WebConfigError, load_web_config
+from kdiag.serve.webconfig import WebConfigError, load_web_config
 
 RECORDING = RECORDINGS / "swap-in-use"
 PASSWORD = "s3cret-scrape"

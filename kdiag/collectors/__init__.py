@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from kdiag.root import Root
-from kdiag.sample import Sample
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
 
 
 class Collector(Protocol):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kdiag.root import Root
-from kdiag.sample import Sample, format_samples
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample, format_samples
 
 TESTS = Path(__file__).parent.parent
 FIXTURES = TESTS / "fixtures"

@@ -13,8 +13,9 @@ import pytest
 
 from waiting import wait_until
 
-from kdiag.collectors.kafka_admin import KafkaAdminCollector, KafkaAdminError
-from kdiag.kafka_client import ClientSettings
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.admin import KafkaAdminError
+from kdiag.kafka.client import ClientSettings
 
 
 def state(pid: int) -> str:

@@ -4,9 +4,9 @@ import os
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors._util import SKIPPED
-from kdiag.collectors.block import BlockCollector, parse_rotational, parse_scheduler
-from kdiag.collectors.blockdev import disks_behind
+from kdiag.collectors.host._util import SKIPPED
+from kdiag.collectors.host.block import BlockCollector, parse_rotational, parse_scheduler
+from kdiag.core.blockdev import disks_behind
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "old-kernel", "storage-host"])

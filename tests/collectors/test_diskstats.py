@@ -1,8 +1,8 @@
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors.diskstats import DiskstatsCollector, disk_samples, parse_diskstats
-from kdiag.root import Root
+from kdiag.collectors.host.diskstats import DiskstatsCollector, disk_samples, parse_diskstats
+from kdiag.core.root import Root
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "old-kernel"])

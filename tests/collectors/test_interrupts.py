@@ -1,7 +1,7 @@
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.interrupts import Interrupt, InterruptsCollector, irq_interfaces, parse_interrupts
+from kdiag.collectors.host.interrupts import Interrupt, InterruptsCollector, irq_interfaces, parse_interrupts
 
 
 def interfaces_of(variant):

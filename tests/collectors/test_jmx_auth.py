@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from kdiag.collectors.jmx_auth import MIN_FD, JmxAuth
+from kdiag.kafka.jmx_auth import MIN_FD, JmxAuth
 
 PASSWORD = 'pa ss"wo\\rd'
 

@@ -18,10 +18,11 @@ import pytest
 from golden import FIXTURES, assert_golden
 from waiting import wait_until
 
-from kdiag.collectors.kafka_admin import KafkaAdminCollector, KafkaAdminError
-from kdiag.collectors.kafka_admin_samples import config_number, samples_from_admin_state
-from kdiag.root import Root, SnapshotRoot, TeeRoot
-from kdiag.sample import COUNTER, Sample
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.admin import KafkaAdminError
+from kdiag.collectors.kafka.admin_samples import config_number, samples_from_admin_state
+from kdiag.core.root import Root, SnapshotRoot, TeeRoot
+from kdiag.core.sample import COUNTER, Sample
 
 STATE = FIXTURES / "kafka" / "admin-state.json"
 PARTITIONS = 6
@@ -298,7 +299,7 @@ def test_dead_bootstrap_raises_within_timeout():
 
 def capture(path: Path = STATE) -> None:
     """Write the fixture: the lab's admin state, restricted to the admintest-* topics and group made here."""
-    from kdiag.lab import read_lab
+    from kdiag.tools.lab.lab import read_lab
 
     lab = read_lab()
     assert lab and lab["brokers"] == 3, "run `kdiag lab up --brokers 3` first"

@@ -15,12 +15,12 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from waiting import wait_until
 
-from kdiag.cardinality import SeriesFilter
-from kdiag.collectors import kafka_admin
-from kdiag.collectors.admin_worker import AdminSession
-from kdiag.collectors.kafka_admin import KafkaAdminCollector
-from kdiag.kafka_client import ClientSettings
-from kdiag.root import Root
+from kdiag.core.cardinality import SeriesFilter
+from kdiag.kafka import admin as kafka_admin
+from kdiag.kafka.admin_worker import AdminSession
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.client import ClientSettings
+from kdiag.core.root import Root
 
 PARTITIONS = 5
 

@@ -6,10 +6,10 @@ import pytest
 from golden import FIXTURES, assert_golden
 from waiting import wait_until
 
-from kdiag.collectors.jmx_reader import parse_row
-from kdiag.collectors.kafka_jmx import KafkaJmxCollector, canonical, jmx_url, samples_from_jmx_state
-from kdiag.lab import read_lab
-from kdiag.root import Root
+from kdiag.kafka.jmx_reader import parse_row
+from kdiag.collectors.kafka.jmx import KafkaJmxCollector, canonical, jmx_url, samples_from_jmx_state
+from kdiag.tools.lab.lab import read_lab
+from kdiag.core.root import Root
 
 STATE = FIXTURES / "kafka" / "jmx-state.json"
 

@@ -1,7 +1,7 @@
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors.loadavg import LoadavgCollector, parse_loadavg
+from kdiag.collectors.host.loadavg import LoadavgCollector, parse_loadavg
 
 
 def test_golden():

@@ -1,7 +1,7 @@
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors.meminfo import MeminfoCollector, parse_meminfo
+from kdiag.collectors.host.meminfo import MeminfoCollector, parse_meminfo
 
 
 def test_golden():

@@ -1,7 +1,7 @@
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors.mounts import MountsCollector, device_for_path, parse_mounts
+from kdiag.collectors.host.mounts import MountsCollector, device_for_path, parse_mounts
 
 MOUNTS = parse_mounts(
     "/dev/vda1 / ext4 rw,relatime 0 0\n"

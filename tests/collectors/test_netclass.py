@@ -4,8 +4,8 @@ import os
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors._util import SKIPPED
-from kdiag.collectors.netclass import NetclassCollector, speed_bytes
+from kdiag.collectors.host._util import SKIPPED
+from kdiag.collectors.host.netclass import NetclassCollector, speed_bytes
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "many-core", "bonded-host"])

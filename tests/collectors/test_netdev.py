@@ -1,7 +1,7 @@
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.netdev import NetdevCollector, parse_netdev
+from kdiag.collectors.host.netdev import NetdevCollector, parse_netdev
 
 HEADER = (
     "Inter-|   Receive                                                |  Transmit\n"

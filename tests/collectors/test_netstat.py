@@ -3,8 +3,8 @@ import shutil
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.netstat import NetstatCollector, parse_netstat
-from kdiag.root import Root
+from kdiag.collectors.host.netstat import NetstatCollector, parse_netstat
+from kdiag.core.root import Root
 
 
 def test_golden():

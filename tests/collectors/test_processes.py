@@ -3,22 +3,20 @@ import os
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors.processes import (
+from kdiag.collectors.host.processes import (
     IO,
     NO_IO,
     Process,
     ProcessesCollector,
-    Stat,
     log_dir_of,
-    parse_cmdline,
     parse_max_fds,
-    parse_stat,
     path_arguments,
     scan,
     top_readers,
     touches,
 )
-from kdiag.root import Root
+from kdiag.core.procfs import Stat, parse_cmdline, parse_stat
+from kdiag.core.root import Root
 
 
 def by_pid(samples, name):

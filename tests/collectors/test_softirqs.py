@@ -1,7 +1,7 @@
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.softirqs import SoftirqsCollector, parse_softirqs
+from kdiag.collectors.host.softirqs import SoftirqsCollector, parse_softirqs
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "many-core"])

@@ -1,8 +1,8 @@
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.softnet import SoftnetCollector, parse_softnet
-from kdiag.sample import COUNTER32
+from kdiag.collectors.host.softnet import SoftnetCollector, parse_softnet
+from kdiag.core.sample import COUNTER32
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "many-core", "faults"])

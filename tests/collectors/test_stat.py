@@ -1,7 +1,7 @@
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.stat import StatCollector, parse_stat
+from kdiag.collectors.host.stat import StatCollector, parse_stat
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "many-core", "faults"])

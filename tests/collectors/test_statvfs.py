@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 
-from kdiag.collectors.mounts import parse_mounts
-from kdiag.collectors.statvfs import StatvfsCollector, samples_from_statvfs
-from kdiag.root import Root, SnapshotRoot, TeeRoot
+from kdiag.collectors.host.mounts import parse_mounts
+from kdiag.collectors.host.statvfs import StatvfsCollector, samples_from_statvfs
+from kdiag.core.root import Root, SnapshotRoot, TeeRoot
 
 
 def test_live_filesystems_match_statvfs():

@@ -3,8 +3,8 @@ import shutil
 import pytest
 from golden import FIXTURES, assert_golden, fixture_root
 
-from kdiag.collectors.sysctl import SysctlCollector, sysctl_samples
-from kdiag.root import Root
+from kdiag.collectors.host.sysctl import SysctlCollector, sysctl_samples
+from kdiag.core.root import Root
 
 
 def test_golden():

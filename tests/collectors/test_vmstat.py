@@ -1,7 +1,7 @@
 import pytest
 from golden import assert_golden, fixture_root
 
-from kdiag.collectors.vmstat import FIELDS, VmstatCollector, parse_vmstat
+from kdiag.collectors.host.vmstat import FIELDS, VmstatCollector, parse_vmstat
 
 
 def test_golden():

@@ -1,0 +1,1 @@
+"""Prometheus alerting rules and the Alertmanager push."""

@@ -1,0 +1,160 @@
+"""The rule engine: evaluate the catalog's rules over signals and track each diagnosis's state."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import cel
+
+from kdiag.analysis.catalog import GLOBAL_SUBJECTS, KINDS, TEMPLATE_FIELD, Rule
+from kdiag.analysis.signals import Signals
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Diagnosis:
+    """A rule whose condition holds for one subject: pending until `for` has passed, then firing."""
+
+    rule: Rule
+    subject: str
+    since: float
+    state: str = "pending"
+    summary: str = ""
+    evidence: dict[str, float | str] = field(default_factory=dict)
+    ended: float | None = None
+    brokers: frozenset[str] | None = None  # from the subject's `on_brokers`; None: not tied to brokers
+
+    def explains(self, symptom: Diagnosis) -> bool:
+        """Whether this cause's rule lists the symptom's, and they share a broker when both are tied to brokers."""
+        return symptom.rule.id in self.rule.explains and (
+            self.brokers is None or symptom.brokers is None or bool(self.brokers & symptom.brokers))
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract shape of one diagnosis in `kdiag diagnose --format json`."""
+        return {"rule": self.rule.id, "subject": self.subject, "kind": self.rule.kind,
+                "severity": self.rule.severity, "state": self.state, "since": self.since,
+                "summary": self.summary, "evidence": self.evidence, "remediation": self.rule.remediation,
+                "explains": self.rule.explains}
+
+
+def render(template: str, scope: dict[str, Signals]) -> str:
+    """A summary template with {it.signal:format} fields filled; unknown values print as '?'."""
+    def fill(m: re.Match) -> str:
+        value = scope.get(m.group(1), {}).get(m.group(2))
+        if value is None:
+            return "?"
+        try:
+            return format(value, (m.group(3) or ":")[1:])
+        except (ValueError, TypeError):
+            return str(value)
+
+    return TEMPLATE_FIELD.sub(fill, template)
+
+
+class _KindHeld(NamedTuple):
+    """What one subject kind's last evaluation stood on and found."""
+
+    signals: dict[str, Signals]  # the kind's signals (the same object while SignalCache held them)
+    reads: list[Signals]  # the global subjects its rules read
+    by_subject: dict[str, tuple[Signals, list[Rule]]]  # each subject's signals and the rules holding for it
+    holding: list[tuple[Signals, list[Rule]]]  # the subjects some rule holds for
+
+
+class Engine:
+    """Evaluates a catalog over successive signal snapshots, keeping each diagnosis's state."""
+
+    def __init__(self, rules: list[Rule], local_broker: int | None = None):
+        self.rules = rules
+        # A host-scope diagnosis not about given brokers is about this host's broker (kafka.local_broker_id).
+        self.local_brokers = frozenset({str(local_broker)}) if local_broker is not None else None
+        self._by_subject: dict[str, list[Rule]] = {}
+        for rule in rules:
+            self._by_subject.setdefault(rule.each, []).append(rule)
+        # Every daemon sees every broker (metadata, configs), but a host-scope rule compares a broker with this host:
+        # once the local broker is known, another broker's subject is left to the daemon on its own host.
+        self._foreign_rules = {each: [r for r in rules if r.scope == "cluster"] for each, rules in self._by_subject.items()}
+        self.active: dict[tuple[str, str], Diagnosis] = {}
+        self.resolved: list[Diagnosis] = []
+        self._failing: set[str] = set()
+        # The global subjects each kind's conditions read: a subject whose inputs did not change holds the same rules.
+        self._reads = {each: sorted({v for r in rules for v in r.program.variables()} & set(GLOBAL_SUBJECTS))
+                       for each, rules in self._by_subject.items()}
+        self._held: dict[str, _KindHeld] = {}
+
+    def evaluate(self, t: float, signals: dict[str, dict[str, Signals]]) -> list[Diagnosis]:
+        """Advance every rule to time t; returns the active diagnoses and sets `resolved`."""
+        globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
+        holding: dict[tuple[str, str], Diagnosis] = {}
+        held_now: dict[str, _KindHeld] = {}
+        # Converting signals to CEL values is the expensive part: the globals once per cycle, `it` once per subject
+        # (a fresh Context per subject cost 0.4 ms each on a 128-CPU host, 80 ms a cycle).
+        context = cel.Context(globals_)
+        for each, rules in self._by_subject.items():
+            subjects = signals.get(each, {})
+            reads = [globals_[g] for g in self._reads[each]]
+            kind = self._held.get(each)
+            # A kind whose signals are the same object (kdiag.analysis.subject_kinds.SignalCache) and globals the same holds
+            # the same rules: Kafka's thousands of topics and groups are not even walked between fetches.
+            if kind is None or kind.signals is not subjects or kind.reads != reads:
+                before = kind.by_subject if kind and kind.reads == reads else {}
+                held = {}
+                for sid, subject in subjects.items():
+                    old = before.get(sid)
+                    # An idle topic or group keeps its signals from fetch to fetch: CEL runs only on change.
+                    held[sid] = old if old and (old[0] is subject or old[0] == subject) else (
+                        subject, self._evaluate(rules if self._local(each, sid) else self._foreign_rules[each],
+                                                context, subject))
+                kind = _KindHeld(subjects, reads, held, [(subject, rules) for subject, rules in held.values() if rules])
+            held_now[each] = kind
+            for subject, held_rules in kind.holding:
+                scope = {**globals_, "it": subject}
+                for rule in held_rules:
+                    self._hold(rule, subject, scope, t, holding)
+        self._held = held_now
+        self.resolved = [d for k, d in self.active.items() if k not in holding and d.state == "firing"]
+        for d in self.resolved:
+            d.ended = t
+        self.active = holding
+        return self.current()
+
+    def _local(self, each: str, sid: str) -> bool:
+        """Whether host-scope rules apply to this subject: any but another host's broker."""
+        return each != "broker" or self.local_brokers is None or sid in self.local_brokers
+
+    def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals) -> list[Rule]:
+        context.update({"it": subject})
+        return [rule for rule in rules if self._holds(rule, context)]
+
+    def current(self) -> list[Diagnosis]:
+        """The active diagnoses, causes first, then symptoms, then lints."""
+        return sorted(self.active.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
+
+    def _hold(self, rule: Rule, subject: Signals, scope: dict[str, Signals], t: float,
+              holding: dict[tuple[str, str], Diagnosis]) -> None:
+        key = (rule.id, str(subject.get("name", "")))
+        d = self.active.get(key) or Diagnosis(rule, key[1], since=t)
+        d.state = "firing" if t - d.since >= rule.for_seconds else "pending"
+        d.summary = render(rule.summary, scope)
+        d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
+                      for var, name in rule.evidence if name in scope[var]}
+        if "on_brokers" in subject:
+            d.brokers = frozenset(str(subject["on_brokers"]).split(","))
+        else:
+            d.brokers = self.local_brokers if rule.scope == "host" else None
+        holding[key] = d
+
+    def _holds(self, rule: Rule, context: cel.Context) -> bool:
+        try:
+            result = rule.program.execute(context)
+        except KeyError:
+            return False  # a signal the condition needs is absent for this subject: not evidence of anything
+        except Exception as e:  # one broken evaluation must not stop the others
+            if rule.id not in self._failing:
+                log.warning("rule %s (%s:%d) failed to evaluate: %s", rule.id, rule.file, rule.line, e)
+                self._failing.add(rule.id)
+            return False
+        return result is True

@@ -1,0 +1,416 @@
+"""Kafka signals: per broker (JMX and AdminClient), per topic (AdminClient), cluster-wide, and the probe per broker."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import deque
+
+from kdiag.kafka import jvm_gc
+from kdiag.core.history import History
+from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
+
+LAG_GROWTH_SECONDS = 120.0
+CHURN_SECONDS = 300.0
+PRODUCE_PHASES = ("total", "queue", "local", "remote", "response_queue", "response_send")
+BROKER_CONFIGS = {
+    "log.flush.interval.messages": "log_flush_interval_messages",
+    "log.flush.interval.ms": "log_flush_interval_ms",
+    "log.flush.scheduler.interval.ms": "log_flush_scheduler_interval_ms",
+    "num.io.threads": "num_io_threads",
+    "num.network.threads": "num_network_threads",
+    "socket.send.buffer.bytes": "socket_send_buffer_bytes",
+    "socket.receive.buffer.bytes": "socket_receive_buffer_bytes",
+}
+TOPIC_CONFIGS = {
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "min.insync.replicas": "min_insync_replicas",
+    "unclean.leader.election.enable": "unclean_leader_election",
+    "segment.bytes": "segment_bytes",
+}
+
+
+FLUSH_CONFIG_PLACES = {
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": "the cluster-wide dynamic default (kafka-configs --entity-default)",
+    "DYNAMIC_BROKER_CONFIG": "a dynamic config of broker {b} (kafka-configs --entity-name {b})",
+    "STATIC_BROKER_CONFIG": "server.properties",
+}
+
+
+def node_id(broker: str) -> float | None:
+    """A broker_id label as a number, None when it is not one."""
+    return float(broker) if broker.lstrip("-").isdigit() else None
+
+
+def on_brokers(ids: list[str] | set[str]) -> str | None:
+    """The `on_brokers` signal: the broker ids a subject concerns, so causes explain symptoms on the same broker."""
+    return ",".join(sorted(ids, key=lambda b: (len(b), b))) or None
+
+
+def live_brokers(history: History) -> list[str]:
+    """Broker ids the AdminClient currently lists."""
+    return sorted(k[0] for k in latest_by(history, "kdiag_kafka_broker_info", "broker_id"))
+
+
+ON_BROKERS = "broker ids this subject concerns, comma-separated"
+
+
+@subject("broker", {
+    "broker_id": "the broker's node id",
+    "on_brokers": ON_BROKERS,
+    "leaders": "partitions this broker leads",
+    "leader_share": "this broker's share of all partition leaders (0-1)",
+    "partitions": "partition replicas on this broker",
+    "bytes_in_per_second": "bytes produced to this broker per second",
+    "bytes_in_share": "this broker's share of the cluster's bytes in (0-1)",
+    "messages_in_per_second": "messages produced to this broker per second",
+    "produce_requests_per_second": "produce requests per second",
+    "fetch_requests_per_second": "fetch requests per second (consumers and followers)",
+    "avg_produce_request_bytes": "bytes per produce request (small means unbatched producers)",
+    "log_flushes_per_second": "log flushes (fsync) per second",
+    "log_flush_seconds_mean": "mean time of one log flush",
+    "log_flush_seconds_p99": "99th percentile time of one log flush",
+    "request_handler_idle_ratio": "request handler threads' idle share (0-1)",
+    "network_processor_idle_ratio": "network threads' idle share (0-1)",
+    "request_queue_size": "requests waiting for a handler thread",
+    **{f"produce_{p}_time_p99_seconds": f"99th percentile of produce request {p.replace('_', ' ')} time"
+       for p in PRODUCE_PHASES},
+    "under_replicated_partitions": "partitions led here with fewer in-sync replicas than replicas",
+    "under_min_isr_partitions": "partitions led here below min.insync.replicas",
+    "isr_shrinks_per_second": "ISR shrinks per second",
+    "gc_seconds_per_second": "JVM garbage collection seconds per second",
+    **{name: f"broker config {key}" for key, name in BROKER_CONFIGS.items()},
+    "messages_per_produce_request": "messages produced per produce request (1 means no batching at all)",
+    "slowness_vs_peers": "this broker's produce local time and log flush time p99 over the median of the other brokers' "
+                         "(the larger of the two ratios)",
+    "slowness_vs_history": "the same two p99s over their own median in the history (the larger ratio)",
+    "busiest_topics": "the topics led here taking the most messages, with their messages/s",
+    "log_flush_set_in": "where log.flush.interval.messages/ms are set: cluster-wide dynamic default, broker dynamic config "
+                        "or server.properties",
+})
+def broker_signals(history: History, window: float) -> dict[str, Signals]:
+    """Load, flushes, thread idleness, produce time split and leadership per broker."""
+    leaders = latest_per(history, "kdiag_kafka_broker_leaders", "broker_id") or latest_per(
+        history, "kdiag_kafka_leaders", "broker_id")
+    replicas = latest_per(history, "kdiag_kafka_broker_replicas", "broker_id") or latest_per(
+        history, "kdiag_kafka_partitions", "broker_id")
+    bytes_in = rates_per(history, "kdiag_kafka_bytes_in_total", window, "broker_id")
+    messages_in = rates_per(history, "kdiag_kafka_messages_in_total", window, "broker_id")
+    produce_requests = rates_per(history, "kdiag_kafka_produce_requests_total", window, "broker_id")
+    fetch_requests = rates_per(history, "kdiag_kafka_fetch_requests_total", window, "broker_id")
+    flushes = rates_per(history, "kdiag_kafka_log_flushes_total", window, "broker_id")
+    flush_time = latest_by(history, "kdiag_kafka_log_flush_seconds", "broker_id", "quantile")
+    handler_idle = latest_per(history, "kdiag_kafka_request_handler_idle_ratio", "broker_id")
+    network_idle = latest_per(history, "kdiag_kafka_network_processor_idle_ratio", "broker_id")
+    queue = latest_per(history, "kdiag_kafka_request_queue_size", "broker_id")
+    times = latest_by(history, "kdiag_kafka_request_time_seconds", "broker_id", "request", "phase", "quantile")
+    urp = latest_per(history, "kdiag_kafka_under_replicated_partitions", "broker_id")
+    under_min = latest_per(history, "kdiag_kafka_under_min_isr_partitions", "broker_id")
+    shrinks = rates_per(history, "kdiag_kafka_isr_shrinks_total", window, "broker_id")
+    gc: dict[str, float] = {}
+    for (b, collector), rate in rates_by(history, "kdiag_jvm_gc_collection_seconds_total", window, "broker_id", "gc").items():
+        if jvm_gc.pauses(collector):
+            gc[b] = gc.get(b, 0.0) + rate
+    configs = latest_by(history, "kdiag_kafka_broker_config", "broker_id", "name")
+    flush_places: dict[str, list[str]] = {}
+    for (b, name, source) in latest_by(history, "kdiag_kafka_broker_config_source_info", "broker_id", "name", "source"):
+        place = FLUSH_CONFIG_PLACES.get(source, source).format(b=b)
+        if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
+            flush_places[b].append(place)
+    topics_led = topic_rates_by_leader(history, window)
+    slowness = slowness_ratios(history)
+    total_leaders = sum(leaders.values())
+    total_bytes_in = sum(bytes_in.values())
+    ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle)
+    out = {}
+    for b in sorted(ids):
+        out[b] = put(
+            {"name": f"broker {b}"},
+            broker_id=node_id(b),
+            on_brokers=on_brokers([b]),
+            leaders=leaders.get(b),
+            leader_share=ratio(leaders.get(b), total_leaders),
+            partitions=replicas.get(b),
+            bytes_in_per_second=bytes_in.get(b),
+            bytes_in_share=ratio(bytes_in.get(b), total_bytes_in),
+            messages_in_per_second=messages_in.get(b),
+            produce_requests_per_second=produce_requests.get(b),
+            fetch_requests_per_second=fetch_requests.get(b),
+            avg_produce_request_bytes=ratio(bytes_in.get(b), produce_requests.get(b)),
+            messages_per_produce_request=ratio(messages_in.get(b), produce_requests.get(b)),
+            slowness_vs_peers=slowness.get(b, (None, None))[0],
+            slowness_vs_history=slowness.get(b, (None, None))[1],
+            busiest_topics=", ".join(f"{t} ({r:.0f} msg/s)" for t, r in sorted(
+                topics_led.get(b, {}).items(), key=lambda kv: -kv[1])[:3] if r > 0) or None,
+            log_flushes_per_second=flushes.get(b),
+            log_flush_seconds_mean=flush_time.get((b, "mean")),
+            log_flush_seconds_p99=flush_time.get((b, "0.99")),
+            request_handler_idle_ratio=handler_idle.get(b),
+            network_processor_idle_ratio=network_idle.get(b),
+            request_queue_size=queue.get(b),
+            under_replicated_partitions=urp.get(b),
+            under_min_isr_partitions=under_min.get(b),
+            isr_shrinks_per_second=shrinks.get(b),
+            gc_seconds_per_second=gc.get(b),
+            **{f"produce_{p}_time_p99_seconds": times.get((b, "Produce", p, "0.99")) for p in PRODUCE_PHASES},
+            **{name: configs.get((b, key)) for key, name in BROKER_CONFIGS.items()},
+            log_flush_set_in=" and ".join(sorted(flush_places.get(b, []))) or None,
+        )
+    return out
+
+
+SLOWNESS_METRICS = (("kdiag_kafka_request_time_seconds", {"request": "Produce", "phase": "local", "quantile": "0.99"}),
+                    ("kdiag_kafka_log_flush_seconds", {"quantile": "0.99"}))
+
+
+def slowness_ratios(history: History) -> dict[str, tuple[float | None, float | None]]:
+    """Per broker, (worst p99 over the other brokers' median, worst p99 over its own median in the history)."""
+    worst: dict[str, list[float | None]] = {}
+    for name, want in SLOWNESS_METRICS:
+        now: dict[str, float] = {}
+        past: dict[str, float] = {}
+        for labels, points, _ in history.series(name):
+            if all(labels.get(k) == v for k, v in want.items()):
+                b = labels["broker_id"]
+                now[b], past[b] = points[-1][1], statistics.median(v for _, v in points)
+        for b, value in now.items():
+            peers = [v for other, v in now.items() if other != b]
+            ratios = worst.setdefault(b, [None, None])
+            for i, base in enumerate((statistics.median(peers) if peers else None, past[b])):
+                r = ratio(value, base)
+                if r is not None and (ratios[i] is None or r > ratios[i]):
+                    ratios[i] = r
+    return {b: (r[0], r[1]) for b, r in worst.items()}
+
+
+def topic_rates_by_leader(history: History, window: float) -> dict[str, dict[str, float]]:
+    """Messages per second of each topic's partitions, summed per leading broker: {broker: {topic: rate}}."""
+    leader = latest_by(history, "kdiag_kafka_partition_leader", "topic", "partition")
+    out: dict[str, dict[str, float]] = {}
+    for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
+                                          "topic", "partition").items():
+        if (b := leader.get((topic, partition))) is not None:
+            per = out.setdefault(str(int(b)), {})
+            per[topic] = per.get(topic, 0.0) + r
+    return out
+
+
+def skew(per_broker: dict[str, float], brokers: int) -> tuple[float | None, str | None]:
+    """(busiest broker's value over the mean per live broker, busiest broker) of a per-broker breakdown."""
+    total = sum(per_broker.values())
+    if not per_broker or not total or brokers < 1:
+        return None, None
+    top = max(per_broker, key=per_broker.__getitem__)
+    return per_broker[top] / (total / brokers), top
+
+
+@subject("topic", {
+    "partitions": "partitions of the topic",
+    "replication_factor": "replicas per partition",
+    "under_replicated_partitions": "partitions whose ISR is smaller than their replica set",
+    "offline_partitions": "partitions without a leader",
+    "under_min_isr_partitions": "partitions whose ISR is below min.insync.replicas",
+    **{name: f"topic config {key}" for key, name in TOPIC_CONFIGS.items()},
+    "messages_per_second": "messages appended per second (log end offsets)",
+    "leader_skew_ratio": "leaders on the busiest broker over the ideal ceil(partitions / brokers)",
+    "leader_top_broker": "the broker leading most of the topic's partitions",
+    "leader_top_broker_share": "share of the topic's partitions led by that broker (0-1)",
+    "traffic_skew_ratio": "messages/s through the busiest leader over the mean per live broker",
+    "traffic_top_broker": "the broker whose partitions take most of the topic's messages",
+    "partition_top_share": "share of the topic's messages going to its busiest partition (0-1)",
+    "brokers": "live brokers in the cluster",
+    "on_brokers": "brokers leading the topic's partitions, comma-separated",
+    **{f"{name}_override": f"1 when the topic sets {key} itself, 0 when it inherits the brokers' value"
+       for key, name in TOPIC_CONFIGS.items()},
+})
+def topic_signals(history: History, window: float) -> dict[str, Signals]:
+    """Health, flush settings and leader and traffic balance per topic."""
+    brokers = len(live_brokers(history))
+    gauges = {name: latest_per(history, f"kdiag_kafka_topic_{name}", "topic") for name in (
+        "partitions", "replication_factor", "under_replicated_partitions", "offline_partitions",
+        "under_min_isr_partitions")}
+    configs = latest_by(history, "kdiag_kafka_topic_config", "topic", "name")
+    overrides = latest_by(history, "kdiag_kafka_topic_config_override", "topic", "name")
+    leaders: dict[str, dict[str, float]] = {}
+    for (topic, broker), n in latest_by(history, "kdiag_kafka_topic_broker_leaders", "topic", "broker_id").items():
+        leaders.setdefault(topic, {})[broker] = n
+    messages = rates_per(history, "kdiag_kafka_topic_log_end_offset_total", window, "topic")
+    by_partition: dict[str, dict[str, float]] = {}
+    for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
+                                          "topic", "partition").items():
+        by_partition.setdefault(topic, {})[partition] = r
+    by_leader: dict[str, dict[str, float]] = {}
+    for b, per_topic in topic_rates_by_leader(history, window).items():
+        for topic, r in per_topic.items():
+            by_leader.setdefault(topic, {})[b] = r
+    out = {}
+    for topic, partitions in gauges["partitions"].items():
+        topic_leaders = leaders.get(topic, {})
+        top_leader = max(topic_leaders, key=topic_leaders.__getitem__) if topic_leaders else None
+        ideal = math.ceil(partitions / brokers) if brokers else None
+        traffic_skew, traffic_top = skew(by_leader.get(topic, {}), brokers)
+        parts = by_partition.get(topic, {})
+        out[topic] = put(
+            {"name": topic},
+            **{name: values.get(topic) for name, values in gauges.items()},
+            **{name: configs.get((topic, key)) for key, name in TOPIC_CONFIGS.items()},
+            **{f"{name}_override": overrides.get((topic, key), 0.0) if (topic, key) in configs else None
+               for key, name in TOPIC_CONFIGS.items()},
+            messages_per_second=messages.get(topic),
+            leader_skew_ratio=ratio(topic_leaders.get(top_leader), ideal) if top_leader else None,
+            leader_top_broker=top_leader,
+            leader_top_broker_share=ratio(topic_leaders.get(top_leader), partitions) if top_leader else None,
+            traffic_skew_ratio=traffic_skew,
+            traffic_top_broker=traffic_top,
+            partition_top_share=ratio(max(parts.values()), sum(parts.values())) if parts else None,
+            brokers=float(brokers) if brokers else None,
+            on_brokers=on_brokers({b for b, n in topic_leaders.items() if n > 0}),
+        )
+    return out
+
+
+@subject("cluster", {
+    "brokers": "live brokers the AdminClient lists",
+    "controller_id": "the active controller's node id",
+    "log_flushes_per_second": "log flushes per second over all brokers",
+    "bytes_in_per_second": "bytes produced per second over all brokers",
+    "under_replicated_partitions": "under-replicated partitions over all topics",
+    "offline_partitions": "partitions without a leader over all topics",
+    "log_flush_scheduler_interval_ms": "the smallest log.flush.scheduler.interval.ms of the brokers (flush.ms is only "
+                                       "enforced when it is set)",
+    "expected_brokers": "brokers in kafka.expected_brokers or seen in the last 15 minutes of history",
+    "missing_brokers": "brokers seen in the last 15 minutes that the cluster no longer lists (down or fenced)",
+    "missing_broker_ids": "ids of the missing brokers, comma-separated",
+})
+def cluster_signals(history: History, window: float) -> dict[str, Signals]:
+    """Cluster-wide totals, for rules about one topic or broker to compare against."""
+    brokers = live_brokers(history)
+    controller = latest_by(history, "kdiag_kafka_controller_id")
+    if not brokers and not controller:
+        return {}
+
+    seen = {labels.get("broker_id", "") for labels, _ in history.recent_series("kdiag_kafka_broker_info")}
+    seen |= {b for (b,) in latest_by(history, "kdiag_kafka_broker_expected", "broker_id")}
+    missing = seen - set(brokers)
+    return {"cluster": put(
+        {"name": "cluster"},
+        brokers=float(len(brokers)),
+        expected_brokers=float(len(seen)),
+        missing_brokers=float(len(missing)),
+        missing_broker_ids=on_brokers(missing) or "",
+        controller_id=total(controller),
+        log_flushes_per_second=total(rates_by(history, "kdiag_kafka_log_flushes_total", window)),
+        bytes_in_per_second=total(rates_by(history, "kdiag_kafka_bytes_in_total", window)),
+        under_replicated_partitions=total(latest_by(history, "kdiag_kafka_topic_under_replicated_partitions")),
+        offline_partitions=total(latest_by(history, "kdiag_kafka_topic_offline_partitions")),
+        log_flush_scheduler_interval_ms=min((v for (_, name), v in latest_by(
+            history, "kdiag_kafka_broker_config", "broker_id", "name").items()
+            if name == "log.flush.scheduler.interval.ms"), default=None),
+    )}
+
+
+@subject("group", {
+    "members": "members of the consumer group",
+    "idle_members": "members with no partition assigned (more consumers than partitions)",
+    "lag_messages": "messages between the committed offsets and the log ends, over every topic it consumes",
+    "lag_growth_per_second": f"change of the lag per second over the last {LAG_GROWTH_SECONDS:.0f} s (> 0: falling behind)",
+    "membership_changes_per_minute": f"changes of member count or Stable state per minute over the last {CHURN_SECONDS:.0f} s",
+    "stable": "1 while the group is Stable",
+})
+def group_signals(history: History, window: float) -> dict[str, Signals]:
+    """Members, idle members, lag and its growth per consumer group."""
+    members = latest_per(history, "kdiag_kafka_consumergroup_members", "group")
+    idle = latest_per(history, "kdiag_kafka_consumergroup_idle_members", "group")
+    lag: dict[str, float] = {}
+    growth: dict[str, float] = {}
+    for labels, points, _ in history.series("kdiag_kafka_consumergroup_lag"):
+        group = labels.get("group", "")
+        lag[group] = lag.get(group, 0.0) + points[-1][1]
+        # Over minutes, not the signal window: the AdminClient reports lag every kafka.interval only.
+        if (change := series_change(points, LAG_GROWTH_SECONDS)) and change[1] > 0:
+            growth[group] = growth.get(group, 0.0) + change[0] / change[1]
+    stable = latest_per(history, "kdiag_kafka_consumergroup_stable", "group")
+    churn: dict[str, list[float]] = {}
+    for name in ("kdiag_kafka_consumergroup_members", "kdiag_kafka_consumergroup_stable"):
+        for labels, points, _ in history.series(name):
+            if (changes := changes_per_minute(points, CHURN_SECONDS)) is not None:
+                churn.setdefault(labels.get("group", ""), []).append(changes)
+    return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
+                   lag_growth_per_second=growth.get(g), stable=stable.get(g),
+                   membership_changes_per_minute=sum(churn[g]) if g in churn else None)
+            for g, n in sorted(members.items())}
+
+
+def changes_per_minute(points: deque[tuple[float, float]], seconds: float) -> float | None:
+    """How often a gauge changed value per minute over the last `seconds`; None before a minute of points."""
+    recent = [(t, v) for t, v in points if t >= points[-1][0] - seconds]
+    span = recent[-1][0] - recent[0][0]
+    if span < 60.0:
+        return None
+    return sum(1 for (_, a), (_, b) in itertools.pairwise(recent) if a != b) / (span / 60.0)
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """Prometheus-style quantile from cumulative bucket counts {upper bound: count}, None without data."""
+    bounds = sorted(buckets)
+    if not bounds or buckets[bounds[-1]] <= 0:
+        return None
+    rank = q * buckets[bounds[-1]]
+    lower, below = 0.0, 0.0
+    for bound in bounds:
+        count = buckets[bound]
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def window_quantiles(history: History, name: str, window: float, q: float) -> dict[str, float]:
+    """Quantile per broker_id of the observations a histogram gained over the window."""
+    increases: dict[str, dict[float, float]] = {}
+    for (broker, le), r in rates_by(history, f"{name}_bucket", window, "broker_id", "le").items():
+        increases.setdefault(broker, {})[float(le)] = r
+    return {b: v for b, buckets in increases.items() if (v := histogram_quantile(q, buckets)) is not None}
+
+
+@subject("probe", {
+    "broker_id": "the broker leading the probed partitions",
+    "on_brokers": ON_BROKERS,
+    "produce_p99_seconds": "99th percentile produce-ack latency over the signal window",
+    "end_to_end_p99_seconds": "99th percentile produce-to-consume latency over the signal window",
+    "slo_seconds": "the configured latency objective",
+    "availability_ratio": "share of probe sends acknowledged over the availability window (0-1)",
+    "sent_per_second": "probe messages sent per second",
+    "failed_per_second": "probe sends failing per second",
+    "lost_per_second": "acknowledged probe messages the log lost (their offsets read without them), per second",
+    "lost_in_window": "acknowledged probe messages lost within the signal window",
+})
+def probe_signals(history: History, window: float) -> dict[str, Signals]:
+    """The synthetic probe's latency, availability and loss per broker."""
+    produce = window_quantiles(history, "kdiag_probe_produce_latency_seconds", window, 0.99)
+    e2e = window_quantiles(history, "kdiag_probe_end_to_end_latency_seconds", window, 0.99)
+    availability = latest_per(history, "kdiag_probe_availability_ratio", "broker_id")
+    sent = rates_per(history, "kdiag_probe_messages_sent_total", window, "broker_id")
+    failed = rates_per(history, "kdiag_probe_messages_failed_total", window, "broker_id")
+    lost = rates_per(history, "kdiag_probe_messages_lost_total", window, "broker_id")
+    slo = next(iter(latest_by(history, "kdiag_probe_slo_seconds").values()), None)
+    out = {}
+    for b in sorted(set(availability) | set(sent) | set(produce)):
+        out[b] = put(
+            {"name": f"broker {b}"},
+            broker_id=node_id(b),
+            on_brokers=on_brokers([b]),
+            produce_p99_seconds=produce.get(b),
+            end_to_end_p99_seconds=e2e.get(b),
+            slo_seconds=slo,
+            availability_ratio=availability.get(b),
+            sent_per_second=sent.get(b),
+            failed_per_second=failed.get(b),
+            lost_per_second=lost.get(b),
+            lost_in_window=lost[b] * window if b in lost else None,
+        )
+    return out

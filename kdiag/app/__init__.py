@@ -1,0 +1,1 @@
+"""The daemon that wires collectors, pipeline, probe and web server together."""

@@ -1,0 +1,1 @@
+"""Collectors of the host's /proc and /sys."""

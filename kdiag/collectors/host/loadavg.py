@@ -1,0 +1,33 @@
+"""System load averages from /proc/loadavg."""
+
+from __future__ import annotations
+
+from kdiag.core.procfs import malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import GAUGE, Sample, sample
+
+SOURCE = "/proc/loadavg"
+
+
+def parse_loadavg(text: str, source: str = SOURCE) -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages."""
+    parts = text.split()
+    try:
+        return float(parts[0]), float(parts[1]), float(parts[2])
+    except (IndexError, ValueError):
+        raise malformed(source, 1, text) from None
+
+
+HELP = {f"kdiag_load{m}": f"{m}m load average." for m in (1, 5, 15)}
+
+
+class LoadavgCollector:
+    """1, 5 and 15 minute load averages."""
+
+    name = "loadavg"
+    help = HELP
+
+    def collect(self, root: Root) -> list[Sample]:
+        """kdiag_load1, kdiag_load5 and kdiag_load15."""
+        loads = parse_loadavg(*read_source(root, "proc", "loadavg"))
+        return [sample(f"kdiag_load{m}", load, GAUGE) for m, load in zip((1, 5, 15), loads, strict=False)]

@@ -1,0 +1,45 @@
+"""Memory usage from /proc/meminfo, one gauge per field as node_exporter exports it."""
+
+from __future__ import annotations
+
+import re
+
+from kdiag.core.procfs import lines, malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import GAUGE, Sample, sample
+
+SOURCE = "/proc/meminfo"
+
+_LINE = re.compile(r"([A-Za-z0-9_]+)(?:\(([A-Za-z0-9_]+)\))?:\s+(\d+)(\s+kB)?")
+
+
+def parse_meminfo(text: str, source: str = SOURCE) -> dict[str, int]:
+    """Metric name -> value: kB fields as `kdiag_memory_<Field>_bytes`, unitless ones as `kdiag_memory_<Field>`."""
+    values = {}
+    for n, line in lines(text):
+        match = _LINE.fullmatch(line.strip())
+        if not match:
+            raise malformed(source, n, line)
+        field, qualifier, value, kb = match.groups()
+        name = f"{field}_{qualifier}" if qualifier else field
+        if kb:
+            values[f"kdiag_memory_{name}_bytes"] = int(value) * 1024
+        else:
+            values[f"kdiag_memory_{name}"] = int(value)
+    return values
+
+
+class MeminfoCollector:
+    """Every /proc/meminfo field; HELP is filled in as fields are seen, since kernels differ."""
+
+    name = "meminfo"
+
+    def __init__(self) -> None:
+        self.help: dict[str, str] = {}
+
+    def collect(self, root: Root) -> list[Sample]:
+        """One gauge per /proc/meminfo line."""
+        values = parse_meminfo(*read_source(root, "proc", "meminfo"))
+        for metric in values:
+            self.help.setdefault(metric, f"Memory information field {metric.removeprefix('kdiag_memory_')}.")
+        return [sample(metric, value, GAUGE) for metric, value in values.items()]

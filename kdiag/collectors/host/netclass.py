@@ -1,0 +1,92 @@
+"""Link speed, state, MTU and queue counts of network interfaces from /sys/class/net.
+
+A bond's speed is the one its driver reports: the sum of its slaves that can transmit (the active one in
+active-backup mode), as the kernel's bonding driver computes it. A team device reports none (nics.<name>.speed_mbps).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import Counter
+
+from kdiag.core.procfs import malformed
+from kdiag.collectors.host._util import SKIPPED_HELP, interfaces, ints, reason, skipped_samples
+from kdiag.core.root import Root
+from kdiag.core.sample import GAUGE, Sample, sample
+
+# ethtool's SPEED_UNKNOWN, printed as -1 or, by older kernels, as the unsigned 4294967295.
+_UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
+# Reading speed fails with these when a driver cannot tell (down, virtual, no ethtool support);
+# ENOENT means a recording could not copy it for the same reason.
+_NO_SPEED = (errno.EINVAL, errno.EOPNOTSUPP, errno.ENODEV, errno.ENOENT)
+
+
+def parse_value(text: str, source: str) -> int:
+    """The integer of a one-value sysfs file."""
+    values = ints(text.split(), source, 1, text)
+    if len(values) != 1:
+        raise malformed(source, 1, text, "expected one number")
+    return values[0]
+
+
+def speed_bytes(text: str, source: str) -> int | None:
+    """Bytes per second from a `speed` file in Mbit/s; None when the speed is unknown."""
+    mbits = parse_value(text, source)
+    return None if mbits in _UNKNOWN_SPEEDS else mbits * 125_000
+
+
+HELP = {
+    "kdiag_network_speed_bytes": "Link speed in bytes per second.",
+    "kdiag_network_up": "Whether operstate is up.",
+    "kdiag_network_mtu_bytes": "MTU in bytes.",
+    "kdiag_network_queues": "Queues of the interface per direction (rx, tx).",
+    **SKIPPED_HELP,
+}
+
+
+class NetclassCollector:
+    """Link speed, up state, MTU and rx/tx queue counts per interface but lo."""
+
+    name = "netclass"
+    help = HELP
+
+    def __init__(self, speeds_mbps: dict[str, int] | None = None):
+        # nics.<name>.speed_mbps: what a NIC that reports no speed (virtio says -1) runs at.
+        self.speeds_mbps = speeds_mbps or {}
+
+    def collect(self, root: Root) -> list[Sample]:
+        """Samples per interface; one whose files cannot be read (gone meanwhile, refused) is left out and counted."""
+        samples = []
+        skipped: Counter[str] = Counter()
+        for device in interfaces(root):
+            try:
+                samples += self._interface(root, device)
+            except OSError as e:
+                skipped[reason(e)] += 1
+        return samples + skipped_samples(self.name, skipped)
+
+    def _interface(self, root: Root, device: str) -> list[Sample]:
+        """One interface's samples; speed from the config, else as the driver reports it (left out when it reports none)."""
+        base = f"class/net/{device}"
+        samples = []
+        try:
+            speed = speed_bytes(root.read_sys(f"{base}/speed"), f"/sys/{base}/speed")
+        except NotADirectoryError:
+            return []  # a file, not an interface: bonding_masters, on every host with the bonding module loaded
+        except OSError as e:
+            if e.errno not in _NO_SPEED:
+                raise
+            speed = None
+        if device in self.speeds_mbps:
+            speed = self.speeds_mbps[device] * 125_000
+        if speed is not None:
+            samples.append(sample("kdiag_network_speed_bytes", speed, device=device))
+        up = root.read_sys(f"{base}/operstate").strip() == "up"
+        samples.append(sample("kdiag_network_up", up, GAUGE, device=device))
+        mtu = parse_value(root.read_sys(f"{base}/mtu"), f"/sys/{base}/mtu")
+        samples.append(sample("kdiag_network_mtu_bytes", mtu, device=device))
+        queues = root.listdir("sys", f"{base}/queues")
+        for direction in ("rx", "tx"):
+            count = sum(q.startswith(f"{direction}-") for q in queues)
+            samples.append(sample("kdiag_network_queues", count, device=device, direction=direction))
+        return samples

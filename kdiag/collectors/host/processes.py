@@ -1,0 +1,292 @@
+"""The processes that matter to Kafka: its brokers, and whoever reads most from storage right now."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from kdiag.core.procfs import (
+    BROKER_MAIN_CLASS,
+    TICKS_PER_SECOND,
+    Stat,
+    malformed,
+    parse_cmdline,
+    parse_key_values,
+    parse_stat,
+    read_source,
+)
+from kdiag.core.blockdev import disks_behind
+from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
+from kdiag.collectors.host.mounts import device_for_path, parse_mounts
+from kdiag.core.redact import MASKED, OFF, cmdline_label
+from kdiag.core.root import Root
+from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+
+
+_SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
+_PARTITION_DIR = re.compile(r".+-\d+")
+
+HELP = {
+    "kdiag_kafka_log_dir_info": "A Kafka log dir and the block device and mountpoint holding it, value 1.",
+    "kdiag_process_read_bytes_total": "Bytes the process caused to be read from storage.",
+    "kdiag_process_rchar_bytes_total": "Bytes the process read through read syscalls, page cache hits included.",
+    "kdiag_process_written_bytes_total": "Bytes the process caused to be written to storage.",
+    "kdiag_process_cpu_seconds_total": "User and system CPU seconds of the process.",
+    "kdiag_process_open_fds": "Open file descriptors of the process.",
+    "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
+    "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
+    "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
+    "kdiag_process_jvm_max_heap_bytes": "The JVM's heap ceiling (-Xmx) from its command line.",
+    "kdiag_process_is_load_generator": "Whether the process runs a Kafka perf-test tool (1) or not (0).",
+    "kdiag_process_gc_cpu_seconds_total": "CPU seconds of a load generator JVM's garbage collector threads.",
+    "kdiag_process_info": "Command line (secrets masked; see processes.cmdline) and cwd of the process, value 1.",
+}
+
+
+class IO(NamedTuple):
+    """What kdiag needs from /proc/<pid>/io."""
+
+    read_bytes: int
+    rchar: int
+    write_bytes: int
+
+
+NO_IO = IO(0, 0, 0)
+
+
+class Process(NamedTuple):
+    """One process as seen by the cheap scan of every pid."""
+
+    pid: int
+    stat: Stat
+    argv: list[str]
+    io: IO
+
+
+class Details(NamedTuple):
+    """What is read only for the chosen processes; fd_targets is empty when the links were not followed."""
+
+    cwd: str
+    open_fds: int
+    fd_targets: list[str]
+    max_fds: float
+
+
+def parse_io(text: str, source: str = "/proc/<pid>/io") -> IO:
+    """Storage reads, read syscall bytes and storage writes of /proc/<pid>/io."""
+    values = parse_key_values(text, source, sep=":")
+    try:
+        return IO(values["read_bytes"], values["rchar"], values["write_bytes"])
+    except KeyError as e:
+        raise ValueError(f"{source}: no {e.args[0]} line") from None
+
+
+def parse_max_fds(text: str, source: str = "/proc/<pid>/limits") -> float:
+    """Soft "Max open files" limit of /proc/<pid>/limits; inf when unlimited."""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.startswith("Max open files"):
+            soft = line.split()[3]
+            try:
+                return math.inf if soft == "unlimited" else float(soft)
+            except ValueError:
+                raise malformed(source, n, line) from None
+    raise ValueError(f"{source}: no 'Max open files' line")
+
+
+def is_broker(argv: list[str]) -> bool:
+    """Whether a command line runs a Kafka broker (java ... kafka.Kafka server.properties)."""
+    return BROKER_MAIN_CLASS in argv
+
+
+def log_dir_of(target: str) -> str | None:
+    """The log dir holding a segment file path (<log dir>/<topic>-<partition>/<offset>.log), else None."""
+    partition_dir, name = os.path.split(target)
+    if _SEGMENT_FILE.fullmatch(name) and _PARTITION_DIR.fullmatch(os.path.basename(partition_dir)):
+        return os.path.dirname(partition_dir)
+    return None
+
+
+def path_arguments(argv: list[str]) -> list[str]:
+    """Absolute paths among command line arguments, including `--opt=/path` values."""
+    values = (arg.split("=", 1)[-1] for arg in argv)
+    return [os.path.normpath(v) for v in values if v.startswith("/")]
+
+
+def touches(paths: Iterable[str], log_dirs: Iterable[str], ancestors: bool = True) -> bool:
+    """Whether any path is a log dir, inside one, or (with ancestors) above one ("/" excepted: it holds all)."""
+    dirs = [d.rstrip("/") for d in log_dirs]
+    for path in paths:
+        p = path.rstrip("/")
+        if p and any(p == d or p.startswith(d + "/") or (ancestors and d.startswith(p + "/")) for d in dirs):
+            return True
+    return False
+
+
+def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int, int]], top_n: int) -> list[Process]:
+    """The top_n non-broker processes by read_bytes growth, then rchar growth; idle ones never."""
+    ranked = []
+    for p in procs:
+        if is_broker(p.argv):
+            continue
+        before = previous.get((p.pid, p.stat.start_ticks), (0, 0, 0))
+        growth = (p.io.read_bytes - before[0], p.io.rchar - before[1])
+        if growth[0] > 0 or growth[1] > 0:
+            ranked.append((growth, p))
+    ranked.sort(key=lambda item: (-item[0][0], -item[0][1], item[1].pid))
+    return [p for _, p in ranked[:top_n]]
+
+
+def top_cpu(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int, int]], top_n: int) -> list[Process]:
+    """The top_n non-broker processes by CPU time since the last scan: metadata walkers and load generators read little."""
+    ranked = []
+    for p in procs:
+        before = previous.get((p.pid, p.stat.start_ticks))
+        if before is not None and not is_broker(p.argv) and (growth := p.stat.cpu_ticks - before[2]) > 0:
+            ranked.append((growth, p))
+    ranked.sort(key=lambda item: (-item[0], item[1].pid))
+    return [p for _, p in ranked[:top_n]]
+
+
+class ProcessesCollector:
+    """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir."""
+
+    name = "processes"
+    help = HELP
+
+    def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
+                 cmdline: str = MASKED):
+        self.top_n = top_n
+        self.cmdline = cmdline  # processes.cmdline: masked | full | off
+        self.log_dirs = [os.path.normpath(d) for d in log_dirs]
+        self.rediscover_seconds = rediscover_seconds
+        # (pid, start time) -> (read_bytes, rchar, cpu ticks) at the last collect; start time tells a reused pid.
+        self._previous: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self._discovered: list[str] = []
+        self._discovered_at = -math.inf
+        self._brokers: set[tuple[int, int]] = set()
+
+    def collect(self, root: Root) -> list[Sample]:
+        """Samples for brokers and top readers, and kdiag_kafka_log_dir_info for each log dir."""
+        procs = scan(root)
+        brokers = [p for p in procs if is_broker(p.argv)]
+        readers = top_readers(procs, self._previous, self.top_n)
+        chosen = brokers + readers + [p for p in top_cpu(procs, self._previous, self.top_n) if p not in readers]
+        self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar, p.stat.cpu_ticks) for p in procs}
+        # A broker holds thousands of segment files: follow its fd links only to (re)discover the log dirs.
+        broker_keys = {(p.pid, p.stat.start_ticks) for p in brokers}
+        discover = not self.log_dirs and (
+            broker_keys != self._brokers or root.now() - self._discovered_at >= self.rediscover_seconds)
+        inspected = []
+        for p in chosen:
+            try:
+                inspected.append((p, read_details(root, p.pid, follow_fds=discover or not is_broker(p.argv))))
+            except OSError:
+                continue  # exited since the scan, or not ours to inspect
+        if discover:
+            found = discover_log_dirs(d.fd_targets for p, d in inspected if is_broker(p.argv))
+            # Keep what was known when a rediscovery sees no segment file (a replay without the fd links).
+            self._discovered = found or (self._discovered if broker_keys == self._brokers else [])
+            self._discovered_at, self._brokers = root.now(), broker_keys
+        log_dirs = self.log_dirs or self._discovered
+        samples = log_dir_samples(root, log_dirs) if log_dirs else []
+        for p, d in inspected:
+            samples += process_samples(p, d, log_dirs, self.cmdline)
+            if is_load_generator(p.argv) and (ticks := gc_thread_ticks(root, p.pid)) is not None:
+                samples.append(sample("kdiag_process_gc_cpu_seconds_total", ticks / TICKS_PER_SECOND, COUNTER,
+                                      pid=p.pid, comm=p.stat.comm))
+        return samples
+
+
+def scan(root: Root) -> list[Process]:
+    """io, stat and cmdline of every pid, skipping those that vanish or may not be read."""
+    procs = []
+    for entry in root.listdir("proc", ""):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
+            if stat.kernel_thread:  # no command line, and none of its I/O is a process scanning the log dirs
+                procs.append(Process(int(entry), stat, [], NO_IO))
+                continue
+            io = parse_io(*read_source(root, "proc", f"{entry}/io"))
+            argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
+        except OSError:
+            continue
+        procs.append(Process(int(entry), stat, argv, io))
+    return procs
+
+
+def read_details(root: Root, pid: int, follow_fds: bool = True) -> Details:
+    """cwd, open file count (and targets when following them) and fd limit; fds closed meanwhile are skipped."""
+    targets = []
+    if follow_fds:
+        fds = root.listdir("proc", f"{pid}/fd")
+        count = len(fds)
+        for fd in fds:
+            try:
+                targets.append(root.readlink("proc", f"{pid}/fd/{fd}"))
+            except OSError:
+                continue
+    else:
+        count = root.count_fds(pid)
+    max_fds = parse_max_fds(*read_source(root, "proc", f"{pid}/limits"))
+    return Details(root.readlink("proc", f"{pid}/cwd"), count, targets, max_fds)
+
+
+def gc_thread_ticks(root: Root, pid: int, max_threads: int = 4096) -> int | None:
+    """CPU ticks (utime+stime) the JVM's garbage collector threads have used; None when its threads cannot be listed."""
+    try:
+        tids = root.listdir("proc", f"{pid}/task")[:max_threads]
+    except OSError:
+        return None
+    ticks = 0
+    for tid in tids:
+        try:
+            stat = parse_stat(*read_source(root, "proc", f"{pid}/task/{tid}/stat"))
+        except OSError:
+            continue  # the thread ended meanwhile
+        if GC_THREAD.match(stat.comm):
+            ticks += stat.cpu_ticks
+    return ticks
+
+
+def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
+    """Log dirs of the segment files brokers hold open."""
+    return sorted({d for targets in fd_target_lists for t in targets if (d := log_dir_of(t))})
+
+
+def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
+    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md)."""
+    mounts = parse_mounts(*read_source(root, "proc", "mounts"))
+    samples = []
+    for path in log_dirs:
+        device, mountpoint = device_for_path(mounts, path)
+        for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
+            samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=disk, mountpoint=mountpoint))
+    return samples
+
+
+def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = MASKED) -> list[Sample]:
+    """The per-process series of one chosen process; the cmdline label is masked, full, or left out (off)."""
+    labels = {"pid": p.pid, "comm": p.stat.comm}
+    # A broker's log dirs are its own, whether or not its links were followed this time.
+    # `du -sh /data` walks the log dirs below its argument; a process merely working in /data or $HOME does not.
+    touched = (is_broker(p.argv) and bool(log_dirs)) or touches(path_arguments(p.argv), log_dirs) or touches(
+        [d.cwd, *d.fd_targets], log_dirs, ancestors=False)
+    info = {} if cmdline == OFF else {"cmdline": cmdline_label(p.argv, cmdline)}
+    return [
+        sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
+        sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
+        sample("kdiag_process_written_bytes_total", p.io.write_bytes, COUNTER, **labels),
+        sample("kdiag_process_cpu_seconds_total", p.stat.cpu_ticks / TICKS_PER_SECOND, COUNTER, **labels),
+        sample("kdiag_process_open_fds", d.open_fds, GAUGE, **labels),
+        sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
+        sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
+        sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
+        sample("kdiag_process_is_load_generator", int(is_load_generator(p.argv)), GAUGE, **labels),
+        sample("kdiag_process_info", 1, GAUGE, **labels, **info, cwd=d.cwd),
+        *([sample("kdiag_process_jvm_max_heap_bytes", heap, GAUGE, **labels)] if (heap := jvm_max_heap_bytes(p.argv)) else []),
+    ]

@@ -1,0 +1,39 @@
+"""Softirqs run per CPU and type from /proc/softirqs."""
+
+from __future__ import annotations
+
+from kdiag.core.procfs import malformed
+from kdiag.collectors.host._util import cpu_table
+from kdiag.core.root import Root
+from kdiag.core.sample import COUNTER, Sample, sample
+
+SOURCE = "/proc/softirqs"
+
+
+def parse_softirqs(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
+    """Softirq type (NET_RX, TIMER, ...) -> CPU number -> count."""
+    cpus, rows = cpu_table(text, source)
+    softirqs = {}
+    for n, line, kind, counts, rest in rows:
+        if len(counts) != len(cpus) or rest.strip():
+            raise malformed(source, n, line, f"expected {len(cpus)} counts")
+        softirqs[kind] = dict(zip(cpus, counts, strict=True))
+    return softirqs
+
+
+HELP = {"kdiag_softirqs_total": "Softirqs run per CPU and type since boot."}
+
+
+class SoftirqsCollector:
+    """Softirqs run per CPU and type."""
+
+    name = "softirqs"
+    help = HELP
+
+    def collect(self, root: Root) -> list[Sample]:
+        """One counter per CPU and softirq type."""
+        return [
+            sample("kdiag_softirqs_total", count, COUNTER, cpu=cpu, type=kind)
+            for kind, counts in parse_softirqs(root.read_proc("softirqs")).items()
+            for cpu, count in counts.items()
+        ]

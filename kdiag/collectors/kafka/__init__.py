@@ -1,0 +1,1 @@
+"""Collectors of the local broker: its admin API and its JMX."""

@@ -1,0 +1,63 @@
+"""The admin collector: the cluster's admin state, fetched in the AdminClient's own process, as samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdiag.collectors.kafka.admin_samples import HELP, samples_from_admin_state
+from kdiag.core.cardinality import SeriesFilter
+from kdiag.core.root import Root
+from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.core.worker_process import WorkerError, WorkerProcess
+from kdiag.kafka.admin import KafkaAdminError
+from kdiag.kafka.client import ClientSettings
+
+SOURCE = "admin"
+
+
+class KafkaAdminCollector:
+    """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
+
+    name = "kafka_admin"
+    help = HELP
+
+    def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
+                 settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
+                 partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
+                 configs_interval: float = 0.0, quiet_groups_interval: float = 0.0):
+        self.bootstrap_servers = bootstrap_servers
+        self.expected_brokers = expected_brokers or []
+        self.timeout = timeout
+        self.max_partition_series = max_partition_series
+        self.partition_series = partition_series or SeriesFilter()
+        self.group_series = group_series or SeriesFilter()
+        settings = settings or ClientSettings()
+        # Created now, started on the first live fetch, so replays never start it.
+        self.worker = WorkerProcess("kdiag.kafka.admin_worker", {
+            "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
+            "quiet_groups_interval": quiet_groups_interval,
+            "props": settings.props, "given": settings.given, "prefix": settings.prefix}, "the AdminClient process")
+        self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
+
+    def fetch(self) -> dict[str, Any]:
+        """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
+        try:
+            # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
+            answer = self.worker.request({"fetch": True}, self.timeout + 4.0)
+        except WorkerError as e:
+            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
+        self.child_cpu_seconds = self.worker.last_cpu_seconds
+        if "error" in answer:
+            raise KafkaAdminError(answer["error"])
+        return answer["state"]
+
+    def collect(self, root: Root) -> list[Sample]:
+        """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
+        self.child_cpu_seconds = 0.0
+        samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series,
+                                           self.partition_series, self.group_series)
+        return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
+
+    def close(self) -> None:
+        """Stop the AdminClient process."""
+        self.worker.close()

@@ -1,0 +1,1 @@
+"""kdiag's configuration: the settings file and the probe's settings."""

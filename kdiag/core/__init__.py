@@ -1,0 +1,1 @@
+"""The core: samples, roots, history, safe I/O, redaction, quoting, units and YAML; imports nothing else of kdiag."""

@@ -1,0 +1,173 @@
+"""Per-series ring buffers of recent samples, and rates that survive counter resets and 32-bit wraps."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+from kdiag.core.sample import COUNTER, COUNTER32, Sample
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+WRAP32 = 2**32
+
+
+class History:
+    """The last `retention` seconds of every series, plus the labels of the latest snapshot."""
+
+    def __init__(self, retention: float = 900.0):
+        self.retention = retention
+        self._points: dict[Key, deque[tuple[float, float]]] = {}
+        self._kinds: dict[Key, str] = {}
+        # Per carried batch (a list of samples fetched earlier, already added), its keys: a batch is carried cycle after
+        # cycle as the same list, so its keys are made once. A carried series is present without a new point, so rates
+        # over Kafka's fetches see real steps, not a staircase of repeated values.
+        self._batches: list[tuple[list[Sample], dict[Key, Sample]]] = []
+        self._fresh: set[Key] = set()  # the series of the latest snapshot's own samples
+        self._carried: set[Key] = set()  # the series of the batches it carried (made again only when those change)
+        self._gone: set[Key] = set()  # carried series whose points aged out: absent until the next add gives one
+        # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
+        self._by_name: dict[str, dict[Key, None]] = {}
+        self._appended: deque[tuple[float, list[Key]]] = deque()  # per add, the series that got a point
+        # Per name, a number that moves whenever its series do (a point added or dropped, a series appearing or
+        # vanishing): signals read from names that did not move are the same (kdiag.analysis.subject_kinds.SignalCache).
+        self.versions: dict[str, int] = {}
+        self._reads: set[str] | None = None
+        self.latest_time: float | None = None
+
+    def add(self, t: float, samples: Iterable[Sample], carried: Iterable[list[Sample]] = ()) -> None:
+        """Append one snapshot taken at time t, mark the carried batches' samples present (a point only for a series
+        it does not hold), and drop what is older than the retention."""
+        appended: list[Key] = []
+        fresh: set[Key] = set()
+        for s in samples:
+            key = (s.name, s.labels)
+            self._append(t, key, s, appended)
+            fresh.add(key)
+        before = (self._fresh, self._carried)
+        points = self._points
+        batches = []
+        for batch in carried:
+            known = next((b for b in self._batches if b[0] is batch), None)
+            if known is None:
+                known = (batch, {(s.name, s.labels): s for s in batch})
+                for key, s in known[1].items():
+                    if key not in points:  # a batch this history never had as fresh samples
+                        self._append(t, key, s, appended)
+            batches.append(known)
+        # ids compare identity: the batches of the last add are still held, so no new list can share an id with one.
+        if [id(b) for b, _ in batches] != [id(b) for b, _ in self._batches]:
+            self._carried = set().union(*(keys for _, keys in batches))
+        self._batches = batches
+        self._fresh = fresh
+        # A fetch's samples come fresh once, then carried: only a series in neither before, or in neither now, moved.
+        moved = fresh.symmetric_difference(before[0])
+        if self._carried is not before[1]:
+            moved |= self._carried.symmetric_difference(before[1])
+        changed = {key[0] for key in moved if (key in before[0] or key in before[1]) != (key in fresh or key in self._carried)}
+        for key in self._gone & self._carried:
+            if key not in points:
+                self._append(t, key, next(keys[key] for _, keys in batches if key in keys), appended)
+        self._gone = set()
+        changed.update(key[0] for key in appended)
+        self._appended.append((t, appended))
+        self.latest_time = t
+        # Points leave in the order they came: only the series that got a point at a time now too old are touched,
+        # not every series each cycle (Kafka's thousands get one per fetch).
+        horizon = t - self.retention
+        while self._appended and self._appended[0][0] < horizon:
+            for key in self._appended.popleft()[1]:
+                kept = points[key]
+                kept.popleft()
+                changed.add(key[0])
+                if not kept:
+                    del points[key], self._kinds[key]
+                    self._by_name[key[0]].pop(key, None)
+                    self._gone.add(key)
+        for name in changed:
+            self.versions[name] = self.versions.get(name, 0) + 1
+
+    def _present(self, key: Key) -> bool:
+        # Its points are gone once they aged out; until the next add gives it one, it is absent.
+        return (key in self._fresh or key in self._carried) and key in self._points
+
+    def read_names(self) -> set[str]:
+        """Start noting the names read (series, recent_series, latest, rate) into the returned set, until stop_reading."""
+        self._reads = set()
+        return self._reads
+
+    def stop_reading(self) -> None:
+        """Stop noting the names read."""
+        self._reads = None
+
+    def note_read(self, name: str) -> None:
+        """Note a name as read (for a helper that caches what it read)."""
+        if self._reads is not None:
+            self._reads.add(name)
+
+    def _append(self, t: float, key: Key, s: Sample, appended: list[Key]) -> None:
+        appended.append(key)
+        points = self._points.get(key)
+        if points is None:
+            points = self._points[key] = deque()
+            self._by_name.setdefault(s.name, {})[key] = None
+        self._kinds[key] = s.kind
+        points.append((t, s.value))
+
+    def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
+        """(labels, points, kind) of every series with this name present in the latest snapshot."""
+        self.note_read(name)
+        fresh, carried = self._fresh, self._carried
+        for key in self._by_name.get(name, ()):
+            if key in fresh or key in carried:
+                yield dict(key[1]), self._points[key], self._kinds[key]
+
+    def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]]]]:
+        """(labels, points) of every series with this name seen within the retention, absent now or not."""
+        self.note_read(name)
+        for key in self._by_name.get(name, ()):
+            yield dict(key[1]), self._points[key]
+
+    def latest(self, name: str, **labels: str) -> float | None:
+        """Latest value of one series, or None when it is absent from the latest snapshot."""
+        self.note_read(name)
+        key = (name, tuple(sorted(labels.items())))
+        return self._points[key][-1][1] if self._present(key) else None
+
+    def rate(self, name: str, window: float, **labels: str) -> float | None:
+        """Per-second increase of one counter over the last `window` seconds, or None without two points."""
+        self.note_read(name)
+        key = (name, tuple(sorted(labels.items())))
+        if not self._present(key):
+            return None
+        return window_rate(self._points[key], window, self._kinds[key])
+
+
+def counter_increase(previous: float, current: float, kind: str) -> float:
+    """Increase between two counter readings: a drop is a wrap for 32-bit counters, else a reset."""
+    if current >= previous:
+        return current - previous
+    # A 32-bit counter that wrapped gained less than half its range; a bigger "gain" means it was reset.
+    if kind == COUNTER32 and previous < WRAP32 and current + WRAP32 - previous < WRAP32 // 2:
+        return current + WRAP32 - previous
+    return current
+
+
+def window_rate(points: deque[tuple[float, float]], window: float, kind: str = COUNTER) -> float | None:
+    """Per-second increase across the points in the last `window` seconds (at least two points)."""
+    start = points[-1][0] - window
+    # From the newest point back: a series holds the whole retention (180 points at 5 s), a window only a few.
+    selected = []
+    for point in reversed(points):
+        if point[0] < start:
+            break
+        selected.append(point)
+    selected.reverse()
+    if len(selected) < 2:
+        # A window shorter than the interval still rates the last two points.
+        if len(points) < 2:
+            return None
+        selected = [points[-2], points[-1]]
+    increase = sum(counter_increase(a[1], b[1], kind) for a, b in itertools.pairwise(selected))
+    elapsed = selected[-1][0] - selected[0][0]
+    return increase / elapsed if elapsed > 0 else None

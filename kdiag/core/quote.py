@@ -1,0 +1,58 @@
+"""Outside values made safe to show: bounded quoting for error messages, control characters escaped for terminals."""
+
+from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+LIMIT = 80
+
+
+class _Repr(reprlib.Repr):
+    """reprlib stops early on long strings, big containers and deep nesting, so quoting a huge value is cheap."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an int over 4300 digits raises ValueError; far smaller ones are already unreadable.
+        return super().repr_int(x, level) if x.bit_length() <= 256 else f"<an integer of {x.bit_length()} bits>"
+
+
+_REPR = _Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = LIMIT
+_REPR.maxlevel = 3
+
+
+def quote(value: Any, limit: int = LIMIT) -> str:
+    """repr() of value cut to about `limit` characters; strings keep their head, not their middle."""
+    return cut(repr(value[: limit + 1]) if isinstance(value, str) else _REPR.repr(value), limit)
+
+
+def cut(text: str, limit: int = LIMIT) -> str:
+    """text, or its first `limit` characters ending in '...'."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """text with every character a terminal or a line split would act on shown as \\xNN, \\uNNNN or \\UNNNNNNNN."""
+    # Not printable: C0 and C1 controls (ESC, CR, NEL), DEL, line and paragraph separators, format characters (bidi
+    # overrides), lone surrogates (undecodable bytes) and every other space or unassigned code point.
+    return text if text.isprintable() else "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def printable_lines(text: str) -> str:
+    """Multi-line text made printable line by line: its newlines stay, any other control character is escaped."""
+    return "\n".join(map(printable, text.split("\n")))
+
+
+def label_value(value: str) -> str:
+    """A label value as kdiag exports it: printable() text.
+
+    prometheus_client escapes only backslash, quote and newline; the other line breaks (\r, \x1c-\x1e, \x85,
+    \u2028, ...) would split the cached lines, terminal controls reach whoever reads /metrics, and a lone surrogate
+    cannot be encoded at all. Process names, group ids and topics come from anyone: they are data, printed as text.
+    """
+    return printable(value)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

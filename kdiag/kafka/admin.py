@@ -1,0 +1,280 @@
+"""Cluster, topic, config and consumer-lag facts fetched through the Kafka AdminClient (confluent-kafka).
+
+`fetch_admin_state` asks the cluster (a few batched requests per cycle) and returns a versioned,
+JSON-serialisable dict; `samples_from_admin_state` (collectors/kafka/admin_samples.py) turns that dict into samples.
+Recordings store the dict through `Root.kafka("admin", ...)`, so a replay derives exactly the samples the
+live run did. Its cost stays flat with the partition count: log end offsets come in one ListOffsets request
+per leader (a Consumer's offsets_for_times, not a Python future per partition), configs are re-read every
+configs_interval (new topics' at once), and Empty groups are not described.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from concurrent.futures import Future
+from typing import Any
+
+# 2: a group's lag per topic as {"sum", "max"} (1: per partition, 100,000 entries at 1,000 groups; still read).
+VERSION = 2
+# AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
+# offsets_for_times call over all of them costs 0.45 s (librdkafka matches each answer by a linear search);
+# batches of 500, one ListOffsets request per leader each, cost 0.03 s (measured on the lab, see benchmarks/scale.py).
+OFFSETS_BATCH = 500
+TOPIC_CONFIGS = (
+    "flush.messages",
+    "flush.ms",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "retention.ms",
+    "retention.bytes",
+    "segment.bytes",
+)
+BROKER_CONFIGS = (
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    # flush.ms and log.flush.interval.ms are only enforced by the flush scheduler, which never runs by default.
+    "log.flush.scheduler.interval.ms",
+    "num.io.threads",
+    "num.network.threads",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "socket.request.max.bytes",
+    "log.dirs",
+    "auto.leader.rebalance.enable",
+    "num.partitions",
+    "default.replication.factor",
+    "min.insync.replicas",
+)
+
+class KafkaAdminError(Exception):
+    """The cluster did not answer an admin request in time, or refused it."""
+
+
+def _left(deadline: float) -> float:
+    """Seconds until the deadline, never below a small positive floor (librdkafka rejects 0)."""
+    return max(deadline - time.monotonic(), 0.05)
+
+
+def _results(futures: dict[Any, Future], deadline: float) -> dict[Any, Any]:
+    """Each future's result, leaving out items that failed; the deadline passing fails the whole fetch."""
+    from confluent_kafka import KafkaException
+
+    out = {}
+    for key, future in futures.items():
+        # One refused or unanswered item (a topic deleted meanwhile, an offline partition) only loses that item.
+        with contextlib.suppress(KafkaException):
+            out[key] = future.result(timeout=_left(deadline))
+    return out
+
+
+def _cluster(admin: Any, deadline: float) -> dict[str, Any]:
+    """Cluster id, controller and brokers from describe_cluster."""
+    desc = admin.describe_cluster(request_timeout=_left(deadline)).result(timeout=_left(deadline))
+    brokers = [{"id": n.id, "host": n.host, "port": n.port, "rack": n.rack} for n in desc.nodes]
+    return {
+        "cluster_id": desc.cluster_id,
+        "controller_id": desc.controller.id if desc.controller else -1,
+        "brokers": sorted(brokers, key=lambda b: b["id"]),
+    }
+
+
+def _topics(admin: Any, deadline: float) -> dict[str, dict[str, Any]]:
+    """Partitions (leader, replicas, isr) of every non-internal topic, from one metadata request."""
+    metadata = admin.list_topics(timeout=_left(deadline))
+    topics = {}
+    for name, topic in sorted(metadata.topics.items()):
+        if name.startswith("__"):
+            continue
+        partitions = [
+            {"partition": p.id, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs), "log_end_offset": None}
+            for p in topic.partitions.values()
+        ]
+        topics[name] = {"partitions": sorted(partitions, key=lambda p: p["partition"]), "configs": {}}
+    return topics
+
+
+def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float) -> tuple[dict, dict]:
+    """Wanted topic and broker configs as raw strings; one request per broker, topics ride on the first."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    topic_res = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+    broker_res = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+    # librdkafka allows only one BROKER resource per DescribeConfigs call.
+    batches = [topic_res + broker_res[:1]] + [[r] for r in broker_res[1:]] if broker_res else [topic_res]
+    futures = {}
+    for batch in batches:
+        if batch:
+            futures.update(admin.describe_configs(batch, request_timeout=_left(deadline)))
+    got = _results(futures, deadline)
+    topic_configs, broker_configs = {}, {}
+    for res, entries in got.items():
+        if res.restype == ResourceType.TOPIC:
+            topic_configs[res.name] = _pick(entries, TOPIC_CONFIGS)
+        else:
+            broker_configs[res.name] = _pick(entries, BROKER_CONFIGS)
+    return topic_configs, dict(sorted(broker_configs.items(), key=lambda kv: int(kv[0])))
+
+
+def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, str | None]]:
+    """The named config entries' raw values (None where Kafka reports null) and where the set ones come from."""
+    from confluent_kafka.admin import ConfigSource
+
+    # A sensitive entry's value is never stored (recordings travel); Kafka reports it as null anyway.
+    picked = [entries[n] for n in names if n in entries and not entries[n].is_sensitive]
+    # A topic inheriting a broker value reports the broker's source (e.g. DYNAMIC_DEFAULT_BROKER_CONFIG), not its own.
+    sources = {e.name: ConfigSource(e.source).name for e in picked if e.source != ConfigSource.DEFAULT_CONFIG.value}
+    return {"values": {e.name: e.value for e in picked}, "sources": sources}
+
+
+def _log_end_offsets(consumer: Any, topics: dict[str, dict], deadline: float) -> dict[tuple[str, int], int]:
+    """Latest offset of every partition with a leader, OFFSETS_BATCH partitions per offsets_for_times call."""
+    from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+
+    wanted = [TopicPartition(t, p["partition"], OFFSET_END) for t, d in topics.items() for p in d["partitions"]
+              if p["leader"] is not None and p["leader"] >= 0]
+    out = {}
+    for start in range(0, len(wanted), OFFSETS_BATCH):
+        # A batch that fails (its leader just died) only loses its partitions' offsets.
+        with contextlib.suppress(KafkaException):
+            got = consumer.offsets_for_times(wanted[start:start + OFFSETS_BATCH], timeout=_left(deadline))
+            out.update({(tp.topic, tp.partition): tp.offset for tp in got if not tp.error and tp.offset >= 0})
+    return out
+
+
+def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: CommittedCache) -> dict[str, dict[str, Any]]:
+    """State, member count and lag (per topic: sum and largest partition) of every consumer group."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    listed = admin.list_consumer_groups(request_timeout=_left(deadline)).result(timeout=_left(deadline))
+    states = {g.group_id: getattr(g.state, "name", str(g.state)) for g in listed.valid}
+    ids = sorted(states)
+    committed.keep(ids)
+    if not ids:
+        return {}
+    # An Empty group has no members to describe: at 1,000 mostly idle groups that saves most describe calls.
+    active = [g for g in ids if states[g] != "EMPTY"]
+    described = admin.describe_consumer_groups(active, request_timeout=_left(deadline)) if active else {}
+    # The API takes one group per call, so the calls are issued together and awaited after.
+    offsets: dict[str, Future] = {}
+    for g in ids:
+        if committed.due(g, states[g]):
+            offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
+                                                             request_timeout=_left(deadline)))
+    descriptions = _results(described, deadline)
+    for g, answer in _results(offsets, deadline).items():
+        committed.put(g, states[g], answer.topic_partitions)
+    ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
+    groups = {}
+    for g in ids:
+        if states[g] == "EMPTY":
+            state, members = "EMPTY", []
+        elif g in descriptions:
+            state, members = getattr(descriptions[g].state, "name", str(descriptions[g].state)), descriptions[g].members
+        else:
+            continue
+        groups[g] = {"state": state, "members": len(members), "lag": _lag(committed.get(g), ends)}
+        if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
+            # A member beyond the partition count gets an empty assignment and reads nothing.
+            groups[g]["idle_members"] = sum(1 for m in members if not (m.assignment and m.assignment.topic_partitions))
+    return groups
+
+
+def _lag(committed: dict[str, list[tuple[int, int]]], ends: dict[str, dict[int, int | None]]) -> dict[str, dict[str, int]]:
+    """Per topic, the group's lag summed over its committed partitions and the largest partition lag."""
+    lag = {}
+    for topic, offsets in sorted(committed.items()):
+        topic_ends = ends.get(topic, {})
+        total = largest = 0
+        known = False
+        for partition, offset in offsets:
+            if (end := topic_ends.get(partition)) is None:
+                continue
+            known = True
+            if end > offset:
+                total += end - offset
+                largest = max(largest, end - offset)
+        if known:
+            lag[topic] = {"sum": total, "max": largest}
+    return lag
+
+
+class ConfigCache:
+    """Topic and broker configs, re-read every `interval` seconds; a topic not seen before is read at once."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._at = -float("inf")
+        self._topics: dict[str, dict] = {}
+        self._brokers: dict[str, dict] = {}
+
+    def get(self, admin: Any, topics: list[str], brokers: list[int], deadline: float) -> tuple[dict, dict]:
+        """(topic configs, broker configs) as _configs returns them, from the cluster when due."""
+        if time.monotonic() - self._at >= self.interval or sorted(self._brokers, key=int) != [str(b) for b in brokers]:
+            self._topics, self._brokers = _configs(admin, topics, brokers, deadline)
+            self._at = time.monotonic()
+        elif new := [t for t in topics if t not in self._topics]:
+            self._topics.update(_configs(admin, new, [], deadline)[0])
+        self._topics = {t: c for t, c in self._topics.items() if t in topics}
+        return self._topics, self._brokers
+
+
+class CommittedCache:
+    """Committed offsets per group. An Empty group whose offsets were the same at its last two reads is quiet and read
+    again only every `quiet_interval` seconds; a group with members, or whose offsets moved, is read every fetch."""
+
+    def __init__(self, quiet_interval: float):
+        self.quiet_interval = quiet_interval
+        self._offsets: dict[str, dict[str, list[tuple[int, int]]]] = {}  # group -> topic -> (partition, offset)
+        self._quiet_since: dict[str, float] = {}  # quiet groups: when their offsets were last read
+
+    def keep(self, groups: list[str]) -> None:
+        """Forget the groups no longer listed."""
+        listed = set(groups)
+        for gone in [g for g in self._offsets if g not in listed]:
+            self._offsets.pop(gone)
+            self._quiet_since.pop(gone, None)
+
+    def due(self, group: str, state: str) -> bool:
+        """Whether the group's offsets must be read in this fetch."""
+        read = self._quiet_since.get(group)
+        return state != "EMPTY" or read is None or time.monotonic() - read >= self.quiet_interval
+
+    def put(self, group: str, state: str, topic_partitions: list[Any]) -> None:
+        """The offsets just read (partitions without a commit or with an error left out)."""
+        # 100,000 committed partitions per fetch at 1,000 groups: each TopicPartition attribute is read once.
+        # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
+        offsets: dict[str, list[tuple[int, int]]] = {}
+        for tp in topic_partitions:
+            if (offset := tp.offset) >= 0 and not tp.error:
+                offsets.setdefault(tp.topic, []).append((tp.partition, offset))
+        if state == "EMPTY" and self.quiet_interval > 0 and self._offsets.get(group) == offsets:
+            self._quiet_since[group] = time.monotonic()
+        else:
+            self._quiet_since.pop(group, None)
+        self._offsets[group] = offsets
+
+    def get(self, group: str) -> dict[str, list[tuple[int, int]]]:
+        """Per topic, (partition, offset) of every committed partition of the group; empty when never read."""
+        return self._offsets.get(group, {})
+
+
+def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
+                      committed: CommittedCache | None = None) -> dict[str, Any]:
+    """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout."""
+    deadline = time.monotonic() + timeout
+    state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
+    topics = _topics(admin, deadline)
+    topic_configs, broker_configs = (configs or ConfigCache(0)).get(admin, list(topics),
+                                                                     [b["id"] for b in state["brokers"]], deadline)
+    state["broker_configs"] = {b: picked["values"] for b, picked in broker_configs.items()}
+    state["broker_config_sources"] = {b: picked["sources"] for b, picked in broker_configs.items()}
+    ends = _log_end_offsets(consumer, topics, deadline)
+    for name, topic in topics.items():
+        picked = topic_configs.get(name, {})
+        topic["configs"], topic["config_sources"] = picked.get("values", {}), picked.get("sources", {})
+        for p in topic["partitions"]:
+            p["log_end_offset"] = ends.get((name, p["partition"]))
+    state["topics"] = topics
+    state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0))
+    return state

@@ -1,0 +1,94 @@
+"""The AdminClient's own process (`python -m kdiag.kafka.admin_worker`): one admin state per request.
+
+A librdkafka crash here (see kdiag/core/worker_process.py) ends this process only; KafkaAdminCollector starts another.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
+from kdiag.kafka.client import ClientSettings, ErrorLog
+from kdiag.core.worker_process import serve
+
+
+class AdminSession:
+    """One reused AdminClient, a Consumer for log end offsets, the config cache and what librdkafka last said;
+    lives in the AdminClient's own process."""
+
+    def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0,
+                 quiet_groups_interval: float = 0.0):
+        self.bootstrap_servers = bootstrap_servers
+        self.timeout = timeout
+        self.settings = settings
+        self.configs = ConfigCache(configs_interval)
+        self.committed = CommittedCache(quiet_groups_interval)
+        self.errors = ErrorLog(settings, bootstrap_servers)
+        self._admin: Any = None
+        self._consumer: Any = None
+
+    def _conf(self, **extra: object) -> dict[str, Any]:
+        return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,
+                                         {"request.timeout.ms": int(self.timeout * 1000), **extra})
+
+    def admin(self) -> Any:
+        """The AdminClient, created on first use."""
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(self._conf())
+        return self._admin
+
+    def consumer(self) -> Any:
+        """The Consumer that reads log end offsets; it never subscribes, joins its group or commits."""
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            # librdkafka requires a group.id for any consumer; this one is never joined.
+            self._consumer = Consumer(self._conf(**{"group.id": "kdiag-offsets", "enable.auto.commit": False}))
+        return self._consumer
+
+    def close(self) -> None:
+        """Close the Consumer (the AdminClient has no close: it goes with its last reference)."""
+        consumer, self._consumer, self._admin = self._consumer, None, None
+        if consumer is not None:
+            consumer.close()
+
+    def fetch(self) -> dict[str, Any]:
+        """Live admin state; KafkaAdminError naming the bootstrap servers when the cluster fails to answer."""
+        from confluent_kafka import KafkaException
+
+        try:
+            state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed)
+        except (KafkaException, TimeoutError) as e:
+            admin = self._admin
+            # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
+            # metadata refresh, minutes away): fresh clients ask the live brokers again.
+            if admin is not None:
+                admin.poll(0)  # serves error_cb: an authentication or TLS failure says more than the timeout
+            self.close()
+            reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
+            raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
+        self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
+        self._consumer.poll(0)
+        self.errors.clear()
+        return state
+
+
+def start(settings: dict[str, Any]) -> Any:
+    """The request handler of one child: its AdminSession answers every fetch."""
+    client = ClientSettings(props=settings["props"], given=settings["given"], prefix=settings["prefix"])
+    session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
+                           settings.get("quiet_groups_interval", 0.0))
+
+    def handle(_request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"state": session.fetch()}
+        except KafkaAdminError as e:
+            return {"error": str(e)}
+
+    return handle
+
+
+if __name__ == "__main__":
+    serve(start)

@@ -1,0 +1,218 @@
+"""Which daemon of a cluster exports cluster-scope diagnoses, elected through Kafka's own group protocol.
+
+Every daemon (kafka.cluster_scope: auto) joins one consumer group subscribed to a one-partition topic; the
+member the group assigns partition 0 is the reporter. Its client.id names the daemon (`kdiag/HOST/BROKER`),
+so any daemon learns who reports from describe_consumer_groups. When the reporter leaves (close() sends
+LeaveGroup) or stops heartbeating (session.timeout.ms), the group coordinator rebalances and partition 0 goes
+to another member. A daemon that cannot describe the group for a session timeout stops reporting: cut off
+from the cluster, it must assume the others have elected someone else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kdiag.kafka.client import ClientSettings, ErrorLog
+
+log = logging.getLogger(__name__)
+
+SESSION_TIMEOUT_MS = 6000  # the brokers' default group.min.session.timeout.ms: the shortest they allow
+HEARTBEAT_INTERVAL_MS = 1000
+DESCRIBE_EVERY = 2.0  # seconds between looks at who holds partition 0 (a third of the session timeout)
+# A look slower than this is a failed look (the session timeout judges); it also bounds how long a stop waits for
+# the thread to close the consumer, whose LeaveGroup hands partition 0 over at once.
+DESCRIBE_TIMEOUT = 3.0
+RETRY_AFTER = 5.0  # seconds between attempts while the cluster does not answer
+CLIENT_ID_PREFIX = "kdiag/"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One daemon as the others name it: its host and the broker it runs beside (None on a load host)."""
+
+    host: str
+    broker_id: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `reported_by` object of /api/diagnoses."""
+        return {"host": self.host, "broker_id": self.broker_id}
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """Whether this daemon exports its cluster-scope diagnoses now, and which daemon does (None: unknown)."""
+
+    reporting: bool = True
+    reporter: Member | None = None
+
+
+def client_id(me: Member) -> str:
+    """The coordination consumer's client.id: how the other daemons learn who reports."""
+    return f"{CLIENT_ID_PREFIX}{me.host}/{'' if me.broker_id is None else me.broker_id}"
+
+
+def member_of(client: str) -> Member | None:
+    """The daemon a client.id names, None for a client that is not a kdiag coordination consumer."""
+    if not client.startswith(CLIENT_ID_PREFIX):
+        return None
+    host, _, broker = client[len(CLIENT_ID_PREFIX):].rpartition("/")
+    return Member(host, int(broker) if broker.isdigit() else None)
+
+
+def holder(description: Any, topic: str) -> tuple[str, str] | None:
+    """(member id, client id) of the group member assigned the topic's partition 0, None while nobody is."""
+    for m in description.members:
+        tps = m.assignment.topic_partitions if m.assignment else []
+        if any(tp.topic == topic and tp.partition == 0 for tp in tps):
+            return m.member_id, m.client_id
+    return None
+
+
+class Coordinator:
+    """The election's client side on its own thread; reporting() is what the collection thread asks each cycle."""
+
+    def __init__(self, bootstrap: str, settings: ClientSettings, me: Member, topic: str, group: str,
+                 mode: str = "auto", timeout: float = 10.0):
+        self.bootstrap = bootstrap
+        self.settings = settings
+        self.me = me
+        self.topic = topic
+        self.group = group
+        self.mode = mode
+        self.timeout = timeout
+        self.errors = ErrorLog(settings, bootstrap)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._reporter: Member | None = None
+        self._mine = False  # whether our own consumer holds partition 0 at the last look
+        self._seen = -float("inf")  # monotonic time of the last successful look
+        self._consumer: Any = None
+        self.problem = ""
+
+    def start(self) -> None:
+        """Start the election thread (a no-op with cluster_scope: always)."""
+        if self.mode == "always":
+            return
+        self._thread = threading.Thread(target=self._run, name="coordination", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Leave the group (so another daemon takes over at once) and end the thread."""
+        self._stop.set()
+        if self._thread:
+            self._thread.join(self.timeout + 5.0)
+
+    def reporting(self) -> Reporting:
+        """Whether this daemon reports now, and who does; not while the group was not seen for a session timeout."""
+        if self.mode == "always":
+            return Reporting(True, self.me)
+        with self._lock:
+            fresh = time.monotonic() - self._seen < SESSION_TIMEOUT_MS / 1000 and not self._stop.is_set()
+            mine = self._mine and fresh and self.mode == "auto"
+            return Reporting(mine, self.me if mine else self._reporter if fresh else None)
+
+    def _run(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    admin = admin or AdminClient(self._conf({}))
+                    if self._consumer is None and self.mode == "auto":  # `never` only looks at the group
+                        self._ensure_topic(admin)
+                        self._consumer = self._join()
+                    self._loop(admin)
+                except Exception as e:  # the election never takes the daemon down: it only stops reporting
+                    self._failed(e)
+                    self._stop.wait(RETRY_AFTER)
+        finally:
+            log.info("leaving coordination group %s", self.group)
+            if self._consumer is not None:
+                # A clean LeaveGroup hands partition 0 over at once instead of after session.timeout.ms.
+                with contextlib.suppress(Exception):
+                    self._consumer.close()
+                self._consumer = None
+            # The AdminClient is destroyed here, on this Python thread: failed futures keep their exceptions, whose
+            # frames keep the client, and a garbage collection on a librdkafka thread destroying it aborts the process.
+            gc.collect()
+            del admin
+
+    def _conf(self, base: dict[str, Any]) -> dict[str, Any]:
+        return self.settings.client_conf(self.bootstrap, client_id(self.me), self.errors, self.timeout, base)
+
+    def _ensure_topic(self, admin: Any) -> None:
+        """Create the one-partition coordination topic (replicated min(3, brokers) times) unless it exists."""
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        metadata = admin.list_topics(timeout=self.timeout)
+        if self.topic in metadata.topics:
+            return
+        replicas = min(3, len(metadata.brokers))
+        future = admin.create_topics([NewTopic(self.topic, 1, replicas)], request_timeout=self.timeout)[self.topic]
+        try:
+            future.result(timeout=self.timeout)
+            log.info("created the coordination topic %s (1 partition, %d replicas)", self.topic, replicas)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # another daemon was first: fine
+                raise
+
+    def _join(self) -> Any:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self._conf({
+            "group.id": self.group, "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": HEARTBEAT_INTERVAL_MS, "enable.auto.commit": False,
+            "auto.offset.reset": "latest",
+            # Sticky: a daemon joining (a restart elsewhere) leaves partition 0, and the reporter, where they are.
+            "partition.assignment.strategy": "cooperative-sticky"}))
+        consumer.subscribe([self.topic])
+        log.info("joined coordination group %s on topic %s as %s", self.group, self.topic, client_id(self.me))
+        return consumer
+
+    def _loop(self, admin: Any) -> None:
+        """Serve the group protocol (poll) and look at who holds partition 0 every DESCRIBE_EVERY seconds."""
+        next_look = 0.0
+        while not self._stop.is_set():
+            if self._consumer is not None:
+                self._consumer.poll(0.5)  # heartbeats and rebalances run inside poll; no message is ever read
+            else:
+                self._stop.wait(0.5)
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + DESCRIBE_EVERY
+                try:
+                    self._look(admin)
+                except Exception as e:  # keep polling: the consumer's heartbeats must go on while this fails
+                    self._failed(e)
+
+    def _look(self, admin: Any) -> None:
+        futures = admin.describe_consumer_groups([self.group], request_timeout=DESCRIBE_TIMEOUT)
+        description = futures[self.group].result(timeout=DESCRIBE_TIMEOUT + 1.0)
+        admin.poll(0)  # serves error_cb and the log lines for self.errors
+        held = holder(description, self.topic)
+        mine = self._consumer is not None and held is not None and held[0] == self._consumer.memberid()
+        if mine != self._mine:
+            log.info("%s cluster-scope diagnoses (coordination group %s)", "now reporting" if mine else "no longer reporting",
+                     self.group)
+        with self._lock:
+            self._reporter = member_of(held[1]) if held else None
+            self._mine, self._seen = mine, time.monotonic()
+        if self.problem:
+            log.info("coordination group %s answers again", self.group)
+            self.problem = ""
+        self.errors.clear()
+
+    def _failed(self, e: Exception) -> None:
+        reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
+        if reason != self.problem:
+            log.warning("coordination through %s failed (not reporting cluster-scope diagnoses): %s", self.bootstrap,
+                        reason)
+        self.problem = reason

@@ -1,0 +1,1 @@
+"""The synthetic probe: produce, consume and time a sequence of messages."""

@@ -1,0 +1,1 @@
+"""Recordings of /proc and /sys for replay."""

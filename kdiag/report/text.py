@@ -1,0 +1,65 @@
+"""The text form of a diagnosis: causes grouped under the symptoms they explain (on the same broker).
+
+Subjects, summaries, evidence, the host name and source errors carry outside strings (process names and command
+lines, topic names, group ids, paths): each is printable() here, so none can move the cursor or retitle the terminal.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kdiag.analysis.engine import Diagnosis
+from kdiag.runtime.pipeline import State
+from kdiag.core.quote import printable
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _value(v: float | str) -> str:
+    return printable(v) if isinstance(v, str) else f"{v:.4g}"
+
+
+def _block(d: Diagnosis, indent: str) -> list[str]:
+    head = f"{indent}{d.rule.kind.upper()} {d.rule.id} [{d.rule.severity}, {d.state} since {_when(d.since)}] {printable(d.subject)}"
+    lines = [head, f"{indent}  {printable(d.summary)}"]
+    if d.evidence:
+        lines.append(f"{indent}  evidence: " + ", ".join(f"{printable(k)}={_value(v)}" for k, v in d.evidence.items()))
+    lines.append(f"{indent}  fix: {d.rule.remediation}")
+    return lines
+
+
+def render_text(state: State) -> str:
+    """A human report: symptoms with the causes that explain them, then other causes, then lints."""
+    symptoms = [d for d in state.diagnoses if d.rule.kind == "symptom"]
+    causes = [d for d in state.diagnoses if d.rule.kind == "cause"]
+    lints = [d for d in state.diagnoses if d.rule.kind == "lint"]
+    lines = [f"kdiag on {printable(state.host)} at {_when(state.time)}: "
+             f"{len(causes)} causes, {len(symptoms)} symptoms, {len(lints)} lints"]
+    if not state.diagnoses:
+        lines.append("nothing to report: no rule holds")
+    placed: set[int] = set()
+    for s in symptoms:
+        lines += ["", *_block(s, "")]
+        explaining = [c for c in causes if c.explains(s)]
+        if explaining:
+            lines.append("  explained by:")
+            for c in explaining:
+                lines += _block(c, "    ")
+                placed.add(id(c))
+        else:
+            lines.append("  no known cause holds: see the remediation")
+    rest = [c for c in causes if id(c) not in placed]
+    if rest:
+        lines += ["", "causes:" if symptoms else "causes found:"]
+        for c in rest:
+            lines += _block(c, "  ")
+    if lints:
+        lines += ["", "configuration lints:"]
+        for d in lints:
+            lines += _block(d, "  ")
+    failed = sorted(n for n, h in state.health.items() if not h.success)
+    if failed:
+        lines += ["", "sources that could not be read: " + "; ".join(f"{n} ({printable(state.health[n].error)})" for n in failed)]
+    return "\n".join(lines) + "\n"

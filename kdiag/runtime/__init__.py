@@ -1,0 +1,1 @@
+"""The collection cycle and the discovery of the local broker."""

@@ -1,0 +1,387 @@
+"""The Kafka broker on this host, as its process tells: node id, listeners, log dirs, JMX port and jars.
+
+Everything is read through a Root (/proc/PID/cmdline, cwd, and the broker's files under /proc/PID/root), so a
+container with the host's /proc, and a fixture tree, read it the same way. `discover` fills the Kafka settings
+the config left unset; what the config or flags set always wins.
+
+Any local user can start a process that looks like a broker: only root's and kafka.broker_user's processes are
+read, and their classpath runs JmxTool only when kdiag.core.trust finds it theirs and writable by no one else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+
+from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline
+from kdiag.core.safeio import read_regular
+from kdiag.config.settings import Config
+from kdiag.core.root import Root
+from kdiag.core.trust import user_name, user_uid, why_untrusted_classpath
+
+log = logging.getLogger(__name__)
+
+MAX_PROPERTIES_BYTES = 1 << 20
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_LISTENER = re.compile(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/\[\]]*):(\d{1,5})")
+_JMX = "com.sun.management.jmxremote."
+WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]", "[::0]": "[::1]"}
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One listener of server.properties, with the address clients reach it at (advertised when given)."""
+
+    name: str
+    protocol: str
+    address: str  # host:port
+
+    @property
+    def port(self) -> int:
+        """The port clients connect to."""
+        return int(self.address.rpartition(":")[2])
+
+
+@dataclass
+class Broker:
+    """What one broker process says about itself; `problems` says what could not be used and why."""
+
+    pid: int
+    refused: str = ""  # why nothing of this process is used (it is not a trusted user's); then nothing else is read
+    properties_path: str = ""
+    node_id: int | None = None
+    listeners: list[Listener] = field(default_factory=list)  # client listeners (controller listeners left out)
+    ports: set[int] = field(default_factory=set)  # every port it listens on, controller ports included
+    log_dirs: list[str] = field(default_factory=list)
+    jmx: str = ""  # host:port
+    jmx_auth: bool = False  # the JMX port wants a password
+    jmx_ssl: bool = False  # the JMX port speaks TLS
+    classpath: str = ""
+    controller_only: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """A Java .properties text: `key=value`, `key: value` or `key value`, # and ! comments, \\ continuations."""
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        # An odd number of trailing backslashes continues the line.
+        if (len(line) - len(line.rstrip("\\"))) % 2:
+            logical += line[:-1]
+            continue
+        logical += line
+        m = re.match(r"((?:[^\s=:\\]|\\.)*)\s*[=:\s]?\s*(.*)", logical, re.DOTALL)
+        if m and m[1]:
+            out[_unescape(m[1])] = _unescape(m[2])
+        logical = ""
+    return out
+
+
+def _unescape(text: str) -> str:
+    simple = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5 else simple.get(m[1], m[1]),
+                  text)
+
+
+def jvm_options(argv: list[str]) -> tuple[dict[str, str], str, list[str]]:
+    """(-D system properties, -cp classpath, arguments after the main class) of a `java ... kafka.Kafka ...` argv."""
+    props: dict[str, str] = {}
+    classpath = ""
+    main = argv.index(BROKER_MAIN_CLASS)
+    options = argv[1:main]
+    for i, arg in enumerate(options):
+        if arg.startswith("-D"):
+            key, _, value = arg[2:].partition("=")
+            props[key] = value
+        elif arg in ("-cp", "-classpath", "--class-path") and i + 1 < len(options):
+            classpath = options[i + 1]
+        elif arg.startswith("--class-path="):
+            classpath = arg.partition("=")[2]
+    return props, classpath, argv[main + 1 :]
+
+
+def kafka_settings(args: list[str], read) -> tuple[str, dict[str, str]]:
+    """(properties file, its settings with `--override k=v` applied) from the arguments after kafka.Kafka."""
+    if not args or args[0].startswith("-"):
+        raise ValueError("no server.properties argument after kafka.Kafka")
+    settings = parse_properties(read(args[0]))
+    for i, arg in enumerate(args[1:-1], 1):
+        if arg == "--override" and "=" in args[i + 1]:
+            key, _, value = args[i + 1].partition("=")
+            settings[key] = value
+    return args[0], settings
+
+
+def parse_listeners(settings: dict[str, str]) -> tuple[list[Listener], set[int], list[str]]:
+    """(client listeners, every listening port, problems) of a broker's settings."""
+    problems = []
+    protocol_map = {p: p for p in PROTOCOLS}
+    for pair in filter(None, settings.get("listener.security.protocol.map", "").split(",")):
+        name, _, protocol = pair.strip().partition(":")
+        protocol_map[name.upper()] = protocol.strip().upper()
+    controllers = {n.strip().upper() for n in settings.get("controller.listener.names", "").split(",") if n.strip()}
+
+    def split(key: str) -> dict[str, str]:
+        out = {}
+        for i, item in enumerate(filter(None, (s.strip() for s in settings.get(key, "").split(","))), 1):
+            m = _LISTENER.fullmatch(item)
+            if m is None:
+                # The file may hold secrets: a value that does not parse is never echoed.
+                problems.append(f"{key}: entry {i} is not NAME://host:port")
+                continue
+            out[m[1].upper()] = f"{WILDCARD_HOSTS.get(m[2], m[2])}:{m[3]}"
+        return out
+
+    bound = split("listeners") if "listeners" in settings else {"PLAINTEXT": "127.0.0.1:9092"}
+    advertised = split("advertised.listeners")
+    listeners = []
+    for name, address in bound.items():
+        if name in controllers:
+            continue
+        if protocol_map.get(name) not in PROTOCOLS:
+            problems.append(f"listener {name}: no security protocol in listener.security.protocol.map")
+            continue
+        listeners.append(Listener(name, protocol_map[name], advertised.get(name, address)))
+    ports = {int(a.rpartition(":")[2]) for a in (*bound.values(), *advertised.values())}
+    return listeners, ports, problems
+
+
+def jmx_endpoint(props: dict[str, str], read) -> tuple[str, bool, bool]:
+    """(host:port, needs a password, speaks TLS) of the JVM's remote JMX agent; ('', ...) when it has none."""
+    settings = {}
+    if config_file := props.get("com.sun.management.config.file"):
+        settings = parse_properties(read(config_file))
+    # As in the JVM: -D options override the management config file.
+    settings.update({k: v for k, v in props.items() if k.startswith("com.sun.management.")})
+    port = settings.get(_JMX + "port", "")
+    if not port.isdigit():
+        return "", False, False
+    host = WILDCARD_HOSTS.get(settings.get(_JMX + "host", ""), settings.get(_JMX + "host", ""))
+    # The JVM's defaults when only the port is given: password and TLS both on.
+    auth = settings.get(_JMX + "authenticate", "true").lower() != "false"
+    ssl = settings.get(_JMX + "ssl", "true").lower() != "false"
+    return f"{host}:{port}", auth, ssl
+
+
+def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
+    """One broker process: its settings read from its own command line and files."""
+    broker = Broker(pid)
+    try:
+        cwd = root.readlink("proc", f"{pid}/cwd")
+    except OSError:
+        cwd = "/"
+
+    def absolute(path: str) -> str:
+        return os.path.normpath(os.path.join(cwd, path))
+
+    def read(path: str) -> str:
+        return host_file(root, pid, absolute(path))
+
+    props, classpath, args = jvm_options(argv)
+    try:
+        path, settings = kafka_settings(args, read)
+    except (OSError, ValueError) as e:
+        broker.problems.append(f"cannot read its server.properties ({e})")
+        settings, path = {}, ""
+    broker.properties_path = absolute(path) if path else ""
+    node_id = settings.get("node.id", settings.get("broker.id", ""))
+    if node_id.strip().lstrip("-").isdigit() and int(node_id) >= 0:
+        broker.node_id = int(node_id)
+    elif node_id:
+        broker.problems.append("node.id is not a node id (an integer from 0)")
+    roles = {r.strip() for r in settings.get("process.roles", "broker").split(",")}
+    broker.controller_only = "broker" not in roles
+    broker.listeners, broker.ports, problems = parse_listeners(settings)
+    broker.problems += problems
+    if settings:
+        dirs = settings.get("log.dirs") or settings.get("log.dir") or "/tmp/kafka-logs"
+        broker.log_dirs = [absolute(d.strip()) for d in dirs.split(",") if d.strip()]
+    try:
+        broker.jmx, broker.jmx_auth, broker.jmx_ssl = jmx_endpoint(props, read)
+    except OSError as e:
+        broker.problems.append(f"cannot read its JMX config file ({e.strerror or e})")
+    # kafka-run-class.sh builds it from its own path (bin/../libs/x.jar): relative entries are the broker's cwd's.
+    broker.classpath = ":".join(absolute(e) for e in classpath.split(":") if e)
+    return broker
+
+
+def host_file(root: Root, pid: int, path: str) -> str:
+    """A file as the process sees it (/proc/PID/root/PATH), else at PATH on this live host; at most 1 MiB."""
+    if type(root) is not Root:  # a recording: its reader checks what it opens, and holds only what it recorded
+        text = root.read_proc(f"{pid}/root{path}")
+        if len(text) > MAX_PROPERTIES_BYTES:
+            raise ValueError(f"{path} is larger than {MAX_PROPERTIES_BYTES} bytes")
+        return text
+    try:
+        return read_text(str(root.proc / f"{pid}/root{path}"))
+    except PermissionError:  # /proc/PID/root needs ptrace access to the process; the plain path may do
+        return read_text(path)
+
+
+def read_text(path: str) -> str:
+    """A regular file's text, at most 1 MiB: any local user's "broker" may name a FIFO or a device, never opened."""
+    return read_regular(path, MAX_PROPERTIES_BYTES).decode("utf-8", errors="replace")
+
+
+def process_uids(root: Root, pid: int) -> tuple[int, ...]:
+    """The real, effective, saved and filesystem uid of a process (its /proc/PID/status Uid line)."""
+    for line in root.read_proc(f"{pid}/status").splitlines():
+        if line.startswith("Uid:"):
+            return tuple(int(u) for u in line.split()[1:])
+    raise OSError(errno.EINVAL, "no Uid line", f"{pid}/status")
+
+
+def find_brokers(root: Root, owners: set[int] | None = None) -> list[Broker]:
+    """Every Kafka broker process under the root's /proc (java ... kafka.Kafka server.properties); with owners, those
+    running as another user come back `refused`, nothing of them read."""
+    brokers = []
+    for entry in root.listdir("proc", ""):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
+        except OSError:
+            continue
+        if BROKER_MAIN_CLASS not in argv or "java" not in argv[0].rsplit("/", 1)[-1]:
+            continue
+        pid = int(entry)
+        refused = _stranger(root, pid, owners) if owners is not None else ""
+        brokers.append(Broker(pid, refused=refused) if refused else read_broker(root, pid, argv))
+    return brokers
+
+
+def _stranger(root: Root, pid: int, owners: set[int]) -> str:
+    """Why the process is not one of owners', or ""."""
+    try:
+        uids = process_uids(root, pid)
+    except (OSError, ValueError) as e:
+        return f"its owner cannot be read ({getattr(e, 'strerror', None) or e})"
+    # A setuid program keeps its caller's real uid: each of the four must be trusted.
+    stranger = next((u for u in uids if u not in owners), None)
+    return f"it runs as {user_name(stranger)}" if stranger is not None else ""
+
+
+def trusted_uids(broker_user: str) -> tuple[set[int], str]:
+    """(uids whose broker processes and files kdiag trusts: root and kafka.broker_user's, who they are)."""
+    uid = user_uid(broker_user)
+    if uid is None:
+        return {0}, f"root (kafka.broker_user {broker_user}: no such user here)"
+    return {0, uid}, f"root and kafka.broker_user {broker_user} (uid {uid})"
+
+
+def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
+    """The local broker among the processes found, or None and why: config narrows (bootstrap ports, node id)."""
+    found = [b for b in brokers if not b.controller_only]
+    if not found:
+        return None, "no Kafka broker process on this host: host collectors only, Kafka and the probe as configured"
+    if bootstrap:
+        ports = {int(p) for p in re.findall(r":(\d{1,5})(?:,|$)", bootstrap.replace(" ", ""))}
+        found = [b for b in found if b.ports & ports]
+        if not found:
+            return None, "no broker process on this host listens on a port of kafka.bootstrap_servers: local broker unknown"
+    if local_broker_id is not None:
+        found = [b for b in found if b.node_id == local_broker_id]
+        if not found:
+            narrowed = " among those on kafka.bootstrap_servers' ports" if bootstrap else ""
+            return None, f"no broker process on this host has node.id {local_broker_id}{narrowed}"
+    if len(found) > 1:
+        which = ", ".join(f"pid {b.pid} node.id {b.node_id} ({b.properties_path})" for b in found)
+        return None, (f"{len(found)} broker processes on this host ({which}): set kafka.local_broker_id or "
+                      "kafka.bootstrap_servers to say which one is this host's")
+    return found[0], ""
+
+
+def _classpath_summary(classpath: str) -> str:
+    entries = classpath.split(":")
+    dirs = sorted({os.path.dirname(e) for e in entries})
+    return f"{len(entries)} entries in {', '.join(dirs[:3])}{' ...' if len(dirs) > 3 else ''}"
+
+
+def discover(config: Config, root: Root) -> Config:
+    """config with its unset Kafka items filled from the local broker process; one log line per item."""
+    owners, trusted = trusted_uids(config.kafka.broker_user)
+    try:
+        brokers = find_brokers(root, owners)
+    except OSError as e:  # a wrong --procfs: the collectors say so too; discovery is only a convenience
+        log.warning("broker discovery: cannot list the processes (%s)", e.strerror or e)
+        return config
+    for refused in (b for b in brokers if b.refused):
+        log.warning("broker discovery: pid %d looks like a Kafka broker but is not used: %s, and kdiag trusts only %s",
+                    refused.pid, refused.refused, trusted)
+    brokers = [b for b in brokers if not b.refused]
+    broker, why = choose(brokers, config.kafka.bootstrap_servers, config.kafka.local_broker_id)
+    if broker is None:
+        log.info("broker discovery: %s", why)
+        return config
+    where = broker.properties_path
+    log.info("broker discovery: local broker is pid %d (%s)", broker.pid, where)
+    for problem in broker.problems:
+        log.warning("broker discovery: pid %d: %s", broker.pid, problem)
+    kafka, processes = config.kafka, config.processes
+    found: dict[str, tuple[object, str, str]] = {}  # config key -> (value, how it is shown, where it came from)
+
+    if broker.node_id is not None:
+        found["kafka.local_broker_id"] = (broker.node_id, str(broker.node_id), f"node.id in {where}")
+    protocol = kafka.client_settings.protocol()
+    usable = [li for li in broker.listeners if li.protocol == protocol]
+    if usable and kafka.client_settings.secrets() and not kafka.bootstrap_servers:
+        # Any local user can start a process that looks like a broker: credentials go only where the config says.
+        log.warning("broker discovery: kafka.client holds credentials: set kafka.bootstrap_servers (the broker's: %s) "
+                    "rather than send them to a discovered address", usable[0].address)
+    elif usable:
+        found["kafka.bootstrap_servers"] = (usable[0].address, usable[0].address, f"listener {usable[0].name} in {where}")
+    elif broker.listeners and not kafka.bootstrap_servers:
+        names = ", ".join(f"{li.name} ({li.protocol})" for li in broker.listeners)
+        log.warning("broker discovery: no listener speaks %s, the protocol of kafka.client (listeners: %s): not used as "
+                    "bootstrap; set kafka.client.security.protocol and its SASL/TLS settings, or kafka.bootstrap_servers",
+                    protocol, names)
+    if broker.log_dirs:
+        found["processes.log_dirs"] = (broker.log_dirs, ",".join(broker.log_dirs), f"log.dirs in {where}")
+    if broker.jmx:
+        source = f"-D{_JMX}port of pid {broker.pid}"
+        if kafka.jmx_username and not kafka.jmx:
+            log.warning("broker discovery: kafka.jmx_username is set: set kafka.jmx (the broker's: %s) rather than send "
+                        "the JMX password to a discovered address", broker.jmx)
+        elif broker.jmx_auth and not kafka.jmx_username:
+            log.warning("broker discovery: JMX %s wants a password: not used; set kafka.jmx_username and "
+                        "kafka.jmx_password_file", broker.jmx)
+        elif broker.jmx_ssl and not kafka.jmx_ssl:
+            log.warning("broker discovery: JMX %s speaks TLS: not used; set kafka.jmx_ssl and kafka.jmx_truststore", broker.jmx)
+        else:
+            found["kafka.jmx"] = ([broker.jmx], broker.jmx, source)
+    if broker.classpath:
+        # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them.
+        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, owners)
+        if untrusted:
+            log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
+                        "Kafka's libs/*", broker.pid, untrusted)
+        else:
+            found["kafka.jmx_classpath"] = (broker.classpath, _classpath_summary(broker.classpath),
+                                            f"-cp of pid {broker.pid}")
+
+    current = {"kafka.local_broker_id": kafka.local_broker_id, "kafka.bootstrap_servers": kafka.bootstrap_servers,
+               "kafka.jmx": kafka.jmx, "kafka.jmx_classpath": kafka.jmx_classpath, "processes.log_dirs": processes.log_dirs}
+    filled: dict[str, object] = {}
+    for key, (value, shown, source) in found.items():
+        if current[key] not in (None, "", []):
+            log.info("broker discovery: %s kept from the config (the broker's: %s, %s)", key, shown, source)
+        elif key == "kafka.jmx" and not (kafka.bootstrap_servers or "kafka.bootstrap_servers" in filled):
+            log.info("broker discovery: kafka.jmx %s not used: no bootstrap servers to go with it", shown)
+        else:
+            log.info("broker discovery: %s = %s (%s)", key, shown, source)
+            filled[key] = value
+    kafka_changes = {k.split(".", 1)[1]: v for k, v in filled.items() if k.startswith("kafka.")}
+    changes: dict[str, object] = {}
+    if kafka_changes:
+        changes["kafka"] = dataclasses.replace(kafka, **kafka_changes)
+    if "processes.log_dirs" in filled:
+        changes["processes"] = dataclasses.replace(processes, log_dirs=filled["processes.log_dirs"])
+    return dataclasses.replace(config, **changes) if changes else config

@@ -1,0 +1,237 @@
+"""One diagnosis cycle: run collectors over a Root, add to the history, derive signals, evaluate rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdiag.collectors import Collector
+from kdiag.analysis.catalog import Rule
+from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.core.history import History
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.analysis.scope import cluster_of, diagnosis_json
+from kdiag.kafka.coordination import Member, Reporting
+from kdiag.analysis.signals import Signals
+from kdiag.analysis.subject_kinds import SignalCache
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Health:
+    """How one collector did on its last run."""
+
+    success: bool = False
+    duration: float = 0.0
+    last_success: float | None = None
+    error: str = ""
+    cpu: float = 0.0  # CPU seconds of the last run: its thread's, and its child process's (collector.child_cpu_seconds)
+
+
+class CollectorTimeout(Exception):
+    """A collector still running at its deadline."""
+
+
+class _Worker:
+    """A long-lived daemon thread running one collector at a time (a thread per run would be thousands an hour)."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
+        self._running = threading.Event()
+        threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            collector, root, answer = job
+            start = time.thread_time()
+            try:
+                result: tuple[str, Any] = ("samples", collector.collect(root))
+            except Exception as e:
+                result = ("error", e)
+            self._running.clear()  # before answering: the next run must never find it busy
+            answer.put((*result, time.thread_time() - start))
+
+    def busy(self) -> bool:
+        """Whether a run that timed out is still going."""
+        return self._running.is_set()
+
+    def stop(self) -> None:
+        """End the thread once its current run is over."""
+        self._jobs.put(None)
+
+    def run(self, collector: Collector, root: Root, timeout: float) -> tuple[list[Sample], float]:
+        """The collector's samples within timeout and this thread's CPU seconds for them; CollectorTimeout past it
+        (the run goes on, busy() says so)."""
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        self._running.set()
+        self._jobs.put((collector, root, answer))
+        try:
+            kind, value, cpu = answer.get(timeout=timeout)
+        except queue.Empty:
+            raise CollectorTimeout(f"timed out after {timeout:g}s") from None
+        if kind == "error":
+            raise value
+        return value, cpu
+
+
+class CollectorSet:
+    """Runs a group of collectors, each isolated: one failing or hanging source never stops the others.
+
+    With a timeout, the collectors run one after another in a worker thread; a run past its deadline counts as failed
+    (a blocked read cannot be interrupted), keeps that thread, and its collector is not started again while it goes.
+    """
+
+    def __init__(self, collectors: list[Collector], timeout: float | None = None):
+        self.collectors = collectors
+        self.timeout = timeout
+        self.health: dict[str, Health] = {c.name: Health() for c in collectors}
+        self._worker: _Worker | None = None
+        self._hung: dict[str, _Worker] = {}  # a collector's run past its deadline, and the worker it holds
+
+    def close(self) -> None:
+        """Stop the processes collectors keep (JmxTool readers, the AdminClient's worker)."""
+        for c in self.collectors:
+            if hasattr(c, "close"):
+                c.close()
+
+    def run(self, root: Root) -> list[Sample]:
+        """Samples from every collector that succeeded; failures are logged once per failure streak."""
+        samples: list[Sample] = []
+        for c in self.collectors:
+            health = self.health[c.name]
+            start = time.perf_counter()
+            try:
+                got, cpu = self._collect(c, root)
+            except Exception as e:  # any failure of one source only degrades that source
+                health.duration = time.perf_counter() - start
+                message = str(e) if isinstance(e, CollectorTimeout) else f"{type(e).__name__}: {e}"
+                if health.success or not health.error:
+                    log.warning("collector %s failed: %s", c.name, message)
+                health.success, health.error = False, message
+                continue
+            health.duration = time.perf_counter() - start
+            health.cpu = cpu + getattr(c, "child_cpu_seconds", 0.0)
+            health.success, health.error, health.last_success = True, "", root.now()
+            samples.extend(got)
+        return samples
+
+    def _collect(self, c: Collector, root: Root) -> tuple[list[Sample], float]:
+        """The collector's samples and the CPU seconds of the thread that ran it."""
+        if self.timeout is None:
+            start = time.thread_time()
+            return c.collect(root), time.thread_time() - start
+        hung = self._hung.get(c.name)
+        if hung is not None:
+            if hung.busy():
+                raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
+            self._hung.pop(c.name).stop()
+        if self._worker is None:
+            self._worker = _Worker()
+        worker = self._worker
+        try:
+            return worker.run(c, root, self.timeout)
+        except CollectorTimeout:
+            # The worker stays with the hung run; the other collectors get a new one.
+            self._hung[c.name], self._worker = worker, None
+            raise
+
+    def help(self) -> dict[str, str]:
+        """HELP text of every metric these collectors emit."""
+        return {name: text for c in self.collectors for name, text in c.help.items()}
+
+
+@dataclass
+class State:
+    """What one cycle produced: the published view served by the exporter and the CLI."""
+
+    host: str
+    time: float
+    samples: list[Sample]
+    health: dict[str, Health]
+    signals: dict[str, dict[str, Signals]]
+    diagnoses: list[Diagnosis]
+    resolved: list[Diagnosis] = field(default_factory=list)
+    cluster: str = ""  # the `cluster` label (kdiag.analysis.scope.cluster_of); empty while unknown
+    local_broker: int | None = None
+    reporting: Reporting = field(default_factory=Reporting)  # set by the daemon from its coordinator
+    # The lists samples was joined from, in order (a carried batch is the same list while its job did not run again):
+    # the exporter renders each once. Empty: samples is the only one.
+    sources: list[list[Sample]] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The contract shape of `kdiag diagnose --format json` and /api/diagnoses (plus scope fields)."""
+        me = Member(self.host, self.local_broker)
+        return {"host": self.host, "time": self.time,
+                "diagnoses": [diagnosis_json(d, self.cluster, self.reporting, me) for d in self.diagnoses]}
+
+
+class Pipeline:
+    """Collectors -> history -> signals -> rules, one step per snapshot."""
+
+    def __init__(self, collectors: CollectorSet, rules: list[Rule], host: str,
+                 history_seconds: float = 900.0, window: float = 30.0, cluster_name: str = "",
+                 local_broker: int | None = None):
+        self.collectors = collectors
+        self.local_broker = local_broker
+        self.engine = Engine(rules, local_broker)
+        self.cluster_name = cluster_name
+        self.cluster = cluster_name
+        self.history = History(history_seconds)
+        self.signals = SignalCache()
+        self.host = host
+        self.window = window
+        self._hold = False
+        # A reload (main thread) swaps the engine between two steps (collection thread), never during one.
+        self._lock = threading.Lock()
+
+    def restart_history(self) -> None:
+        """Forget the history (a replay looping back to its start) but keep the diagnoses' state."""
+        self.history = History(self.history.retention)
+        self._hold = True
+
+    def restore(self, diagnoses: list[Diagnosis]) -> None:
+        """Start from diagnoses kept across a restart; the first step judges nothing (it has no rates yet)."""
+        with self._lock:
+            self.engine.active = {(d.rule.id, d.subject): d for d in diagnoses}
+            self._hold = bool(diagnoses)
+
+    def replace_rules(self, rules: list[Rule]) -> None:
+        """Evaluate a new catalog from the next step on, keeping the state of diagnoses whose rule it still has."""
+        by_id = {r.id: r for r in rules}
+        with self._lock:
+            engine = Engine(rules, self.local_broker)
+            engine.active = {key: dataclasses.replace(d, rule=by_id[key[0]])
+                             for key, d in self.engine.active.items() if key[0] in by_id}
+            self.engine = engine
+
+    def step(self, root: Root, extra: list[list[Sample]] | None = None,
+             extra_health: dict[str, Health] | None = None, carried: list[list[Sample]] | None = None) -> State:
+        """Collect at root.now() (plus lists of samples gathered elsewhere, and batches of carried ones an earlier step
+        already added), then derive signals and diagnoses."""
+        t = root.now()
+        new = [self.collectors.run(root), *(extra or ())]
+        fresh = [s for source in new for s in source]
+        sources = [*new, *(carried or ())]
+        samples = fresh + [s for batch in carried or () for s in batch]
+        self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
+        with self._lock:
+            self.history.add(t, fresh, carried or ())
+            signals = self.signals.compute(self.history, self.window)
+            if self._hold:
+                # One snapshot gives no rates: judging on it would resolve everything that needs them.
+                self._hold = False
+                diagnoses = self.engine.current()
+                self.engine.resolved = []
+            else:
+                diagnoses = self.engine.evaluate(t, signals)
+            resolved = self.engine.resolved
+        health = {**self.collectors.health, **(extra_health or {})}
+        return State(self.host, t, samples, {k: Health(**vars(v)) for k, v in health.items()}, signals,
+                     diagnoses, resolved, self.cluster, self.local_broker, sources=sources)

@@ -1,0 +1,1 @@
+"""The /metrics exposition and the web server with its configuration and logins."""

@@ -1,0 +1,299 @@
+"""What the endpoint serves: each cycle's state is rendered once (metrics, gzip, diagnoses JSON); a scrape only serves bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import logging
+import time
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.utils import floatToGoString
+
+from kdiag import __version__
+from kdiag.core.quote import label_value
+from kdiag.core.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
+from kdiag.runtime.pipeline import State
+from kdiag.core.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
+from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported, with_cluster
+
+log = logging.getLogger(__name__)
+MAX_REASON = 300
+RENDER_ERRORS = "kdiag_render_errors_total"
+RENDER_ERRORS_HELP = "cycles in which a metric family could not be rendered and was left out of /metrics (logged)"
+SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
+
+
+def histogram_family(name: str) -> str:
+    """The family name of a histogram series (without _bucket, _sum or _count)."""
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def exposition_type(s: Sample) -> str:
+    """The Prometheus type of a sample's family: counters must end in _total, else they are gauges."""
+    if s.kind == HISTOGRAM:
+        return "histogram"
+    return "counter" if s.kind in (COUNTER, COUNTER32) and s.name.endswith("_total") else "gauge"
+
+
+class ExportedMetric(Metric):
+    """A metric family whose label values are added in their exported form (label_value)."""
+
+    def add_sample(self, name: str, labels: dict[str, str], value: float, *args, **kwargs) -> None:
+        """Add a sample, its label values made printable."""
+        if not all(v.isprintable() for v in labels.values()):
+            labels = {k: label_value(v) for k, v in labels.items()}
+        super().add_sample(name, labels, value, *args, **kwargs)
+
+
+def _family(name: str, kind: str, help_text: str) -> Metric:
+    # prometheus_client names counter families without the _total suffix it adds to each sample.
+    base = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
+    return ExportedMetric(base, help_text, kind)
+
+
+class _Families:
+    """A registry stand-in for generate_latest: just these families."""
+
+    def __init__(self, families: list[Metric]):
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+def group_families(samples: list[Sample]) -> dict[str, list[Sample]]:
+    """Samples by family (a histogram's _bucket, _sum and _count series together), in order of first appearance."""
+    grouped: dict[str, list[Sample]] = {}
+    for s in samples:
+        grouped.setdefault(histogram_family(s.name) if s.kind == HISTOGRAM else s.name, []).append(s)
+    return grouped
+
+
+@dataclasses.dataclass
+class _Text:
+    """One family's exposition, what it was rendered from, and each sample line up to its value."""
+
+    key: tuple  # (the sources' lists of its samples, its help, the cluster label)
+    text: bytes
+    series: list[tuple[str, tuple]]  # (name, labels) of each sample, in order
+    header: str  # its HELP and TYPE lines
+    prefixes: list[str]  # each sample's line up to its value; empty when the lines do not follow the samples
+
+
+class FamilyCache:
+    """Each sample family's exposition text, rendered again only when its samples or help change.
+
+    Kafka's thousands of series change once per fetch (15 s or more), not every cycle: a carried batch (the same list
+    cycle after cycle) is grouped once, and its families are not rendered again. A family whose series stayed the
+    same and only moved in value (a fetch's new offsets, a host counter) is its cached line prefixes and the new
+    values: prometheus_client costs ~28 us a line, the prefix ~1 us.
+    """
+
+    def __init__(self) -> None:
+        self._rendered: dict[str, _Text] = {}
+        self._grouped: list[tuple[list[Sample], dict[str, list[Sample]]]] = []
+        self.render_errors: dict[str, float] = {}  # family -> cycles it was left out of
+        self._failed: set[str] = set()  # families left out of the last cycle (logged once per streak)
+        self._failing: set[str] = set()  # families left out of this cycle so far
+
+    def groups(self, sources: list[list[Sample]]) -> list[dict[str, list[Sample]]]:
+        """Each source's samples by family; a source seen at the last call (the same list) is not grouped again."""
+        grouped = [(source, next((g for s, g in self._grouped if s is source), None) or group_families(source))
+                   for source in sources]
+        self._grouped = grouped
+        return [g for _, g in grouped]
+
+    def render(self, sources: list[list[Sample]], help_text: dict[str, str], cluster: str = "") -> bytes:
+        """The exposition of every family of the sources' samples, in their order, Kafka's with the `cluster` label."""
+        parts: dict[str, list[list[Sample]]] = {}
+        for groups in self.groups(sources):
+            for family, members in groups.items():
+                parts.setdefault(family, []).append(members)
+        self._failed, self._failing = self._failing, set()
+        rendered = {}
+        for family, lists in parts.items():
+            # A carried family is the same list cycle after cycle: comparing it costs an identity check.
+            key = (lists, help_text.get(family, family), cluster)
+            previous = self._rendered.get(family)
+            if previous and previous.key == key:
+                rendered[family] = previous
+                continue
+            try:
+                rendered[family] = _rerender(family, previous, key, lists)
+            except Exception as e:  # one family that cannot be rendered never holds back the cycle
+                self._leave_out(family, e)
+        self._rendered = rendered
+        return b"".join(r.text for r in rendered.values())
+
+    def render_families(self, families: Iterable[Metric]) -> bytes:
+        """Each family's exposition (one that fails is left out and counted), then kdiag_render_errors_total."""
+        texts = []
+        for family in families:
+            try:
+                texts.append(generate_latest(_Families([family])))
+            except Exception as e:  # as in render()
+                self._leave_out(family.name + ("_total" if family.type == "counter" else ""), e)
+        errors = ExportedMetric(RENDER_ERRORS.removesuffix("_total"), RENDER_ERRORS_HELP, "counter")
+        for family, count in sorted(self.render_errors.items()):
+            errors.add_sample(RENDER_ERRORS, {"family": family}, count)
+        return b"".join(texts) + generate_latest(_Families([errors]))
+
+    def _leave_out(self, family: str, error: Exception) -> None:
+        if family not in self._failed:
+            log.warning("metric family %s left out of /metrics: %s: %s", family, type(error).__name__, str(error)[:MAX_REASON])
+        self._failing.add(family)
+        self.render_errors[family] = self.render_errors.get(family, 0.0) + 1
+
+
+def _rerender(family: str, previous: _Text | None, key: tuple, lists: list[list[Sample]]) -> _Text:
+    """A family's new text: its cached line prefixes with the new values while its series stay the same, else rendered."""
+    members = [s for m in lists for s in m]
+    series = [(s.name, s.labels) for s in members]
+    if previous and previous.prefixes and previous.key[1:] == key[1:] and previous.series == series:
+        values = zip(previous.prefixes, members, strict=True)
+        lines = "".join([p + floatToGoString(s.value) + "\n" for p, s in values])
+        return _Text(key, (previous.header + lines).encode(), series, previous.header, previous.prefixes)
+    return _render(family, members, key, series)
+
+
+def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[str, tuple]]) -> _Text:
+    """A family rendered by prometheus_client, with its line prefixes when its lines follow its samples one to one."""
+    fam = _family(family, exposition_type(members[0]), key[1])
+    for s in with_cluster(members, key[2]):
+        fam.add_sample(s.name, dict(s.labels), s.value)
+    text = generate_latest(_Families([fam]))
+    # Only \n ends a line: prometheus_client escapes it in label values and HELP (str.splitlines breaks on more).
+    lines = [line + "\n" for line in text.decode().split("\n")[:-1]]
+    header = "".join(line for line in lines if line.startswith("#"))
+    samples = [line for line in lines if not line.startswith("#")]
+    # A value has no space, whatever the labels hold: the prefix ends at the line's last space.
+    prefixes = [line[: line.rindex(" ") + 1] for line in samples] if len(samples) == len(members) else []
+    return _Text(key, text, series, header, prefixes)
+
+
+class StateCollector:
+    """A prometheus_client collector over one published State's health and diagnoses (samples: FamilyCache)."""
+
+    def __init__(self, state: State, dropped_total: float = 0.0):
+        self.state = state
+        self.dropped_total = dropped_total
+
+    def collect(self):
+        """Collector health, the series the cap dropped, and diagnoses, as metric families."""
+        yield from self._health()
+        dropped = ExportedMetric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
+        dropped.add_sample(DROPPED, {}, self.dropped_total)
+        yield dropped
+        yield from self._diagnoses()
+
+    def _health(self):
+        success = ExportedMetric("kdiag_collector_success", f"1 when the collector's last run succeeded; {SCHEDULE_NOTE}", "gauge")
+        duration = ExportedMetric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}",
+                                  "gauge")
+        last = ExportedMetric("kdiag_collector_last_success_timestamp_seconds",
+                              f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
+        error = ExportedMetric("kdiag_collector_last_error_info", "why the collector is failing now (always 1; absent while it works)",
+                               "gauge")
+        for name, h in sorted(self.state.health.items()):
+            success.add_sample("kdiag_collector_success", {"collector": name}, float(h.success))
+            if not h.success and h.error:
+                error.add_sample("kdiag_collector_last_error_info", {"collector": name, "reason": h.error[:MAX_REASON]}, 1.0)
+            duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
+            if h.last_success is not None:
+                last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
+        cycle = ExportedMetric("kdiag_last_cycle_timestamp_seconds",
+                               "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
+        cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
+        info = ExportedMetric("kdiag_build_info", "kdiag version", "gauge")
+        info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
+        reporting = ExportedMetric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
+                                   "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
+        reporting.add_sample("kdiag_cluster_reporting", {"cluster": self.state.cluster} if self.state.cluster else {},
+                             float(self.state.reporting.reporting))
+        return [success, duration, last, error, cycle, info, reporting]
+
+    def _diagnoses(self):
+        active = ExportedMetric("kdiag_diagnosis_active",
+                                "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
+        evidence = ExportedMetric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
+        explains = ExportedMetric("kdiag_diagnosis_explains", "1 per broker a firing cause concerns (one series without `broker` "
+                                  "when it concerns no broker): the source of the generated Alertmanager inhibitions", "gauge")
+        # A cluster-scope diagnosis is exported by the elected daemon only; the others list it in /api/diagnoses.
+        for d in (d for d in self.state.diagnoses if exported(d, self.state.reporting)):
+            labels = diagnosis_labels(d, self.state.cluster)
+            active.add_sample("kdiag_diagnosis_active", labels, 1.0 if d.state == "firing" else 0.0)
+            which = {k: labels[k] for k in ("rule", "subject", "cluster") if k in labels}
+            for signal, value in d.evidence.items():
+                if isinstance(value, float):
+                    evidence.add_sample("kdiag_diagnosis_evidence", {**which, "signal": signal}, value)
+            for source in explains_labels(d, self.state.cluster):
+                explains.add_sample("kdiag_diagnosis_explains", source, 1.0)
+        return [active, evidence, explains]
+
+
+def failing_lines(state: State) -> bytes:
+    """One line per failing collector with its reason, for /healthz."""
+    return "".join(f"{label_value(name)}: {label_value(h.error[:MAX_REASON])}\n" for name, h in sorted(state.health.items())
+                   if not h.success and h.error).encode()
+
+
+def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
+                   dropped_total: float = 0.0) -> bytes:
+    """The Prometheus text exposition of a state plus kdiag's own process metrics."""
+    cache = cache or FamilyCache()
+    samples = cache.render(state.sources or [state.samples], help_text, state.cluster)
+    own = cache.render_families(StateCollector(state, dropped_total).collect())
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return samples + own + generate_latest(registry)
+
+
+class Published:
+    """The bytes served for the latest state, swapped atomically by the collection thread."""
+
+    def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000):
+        self.metrics = b"# kdiag: first collection still running\n"
+        self.metrics_gzip = gzip.compress(self.metrics)
+        self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
+        self.failing = b""
+        self.ready = False
+        # /healthz turns 503 when no cycle completed for this long.
+        self.stale_after = stale_after
+        self.completed = time.monotonic()
+        self.max_kafka_series = max_kafka_series
+        self.dropped_total = 0.0
+        self._families = FamilyCache()
+
+    def publish(self, state: State, help_text: dict[str, str]) -> None:
+        """Render a new state once (at most max_kafka_series Kafka series); scrapes then serve it as it is."""
+        kafka = sum(len(members) for groups in self._families.groups(state.sources or [state.samples])
+                    for family, members in groups.items() if family.startswith(KAFKA_PREFIX))
+        if kafka > self.max_kafka_series:
+            samples, dropped = cap_kafka_series(state.samples, self.max_kafka_series)
+            if self.dropped_total == 0:
+                log.warning("kafka.max_series: %d Kafka series over the cap of %d are left out of /metrics (kdiag_series_"
+                            "dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
+            self.dropped_total += dropped
+            state = dataclasses.replace(state, samples=samples, sources=[samples])
+        metrics = render_metrics(state, help_text, self._families, self.dropped_total)
+        self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
+        self.diagnoses = json.dumps(state.to_json()).encode()
+        self.failing = failing_lines(state)
+        self.ready = True
+        self.completed = time.monotonic()
+
+    def health(self) -> tuple[int, bytes]:
+        """/healthz: 200, "ok" and the failing collectors with why while cycles complete; 503 before the first or once stalled."""
+        age = time.monotonic() - self.completed
+        if age > self.stale_after:
+            what = f"the last cycle completed {age:.0f}s ago" if self.ready else f"no cycle completed in {age:.0f}s"
+            return 503, f"stale: {what}\n".encode()
+        return (200, b"ok\n" + self.failing) if self.ready else (503, b"starting\n")

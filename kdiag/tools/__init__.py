@@ -1,0 +1,1 @@
+"""Tools built on the runtime: benchmarks, the Kafka lab and fault drills."""

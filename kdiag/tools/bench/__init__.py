@@ -1,0 +1,1 @@
+"""kdiag bench: a producer and consumer benchmark."""

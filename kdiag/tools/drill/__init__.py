@@ -1,0 +1,1 @@
+"""kdiag drill: inject faults into the lab and check the diagnosis."""

@@ -1,0 +1,222 @@
+"""The drills: each injects one fault the way the field met it, through plain clients, configs or processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kdiag.tools.lab import lab
+from kdiag.tools.drill.faults import (VICTIM_BROKER, Target, assignment, broker_pid, cluster_default, consumers,
+                                keyed_load, kill_acking_alone, preferred_leaders, record_by_record, scanner, topic,
+                                victim_back)
+from kdiag.analysis.engine import Diagnosis
+from kdiag.runtime.pipeline import State
+from kdiag.config.probe import ProbeConfig
+
+RECORDINGS = Path(__file__).resolve().parents[3] / "tests" / "recordings"
+
+
+@dataclass
+class Drill:
+    """One fault: what it changes, the rule ids that must name it, how to inject and revert it."""
+
+    name: str
+    summary: str
+    expected: list[str]
+    inject: Callable[[Target], AbstractContextManager] | None = None
+    brokers: int = 1
+    needs_lab: bool = False
+    replay: Path | None = None
+    timeout: float = 240.0
+    resolve_timeout: float = 120.0
+    probe: ProbeConfig | None = None  # kdiag's synthetic probe on its own topic, from before the baseline to the end
+    subject: str = ".*"  # what the subjects of the expected diagnoses must match in full (a regex)
+    shares: bool = False  # touches only its own subjects: may run beside other sharing drills
+    # What must hold in at least one monitor state between the injection and the revert, by what it says.
+    checks: dict[str, Callable[[State], bool]] = field(default_factory=dict)
+
+    def owns(self, rule: str, subject: str) -> bool:
+        """Whether a diagnosis of `rule` on `subject` is this drill's to expect."""
+        return rule in self.expected and re.fullmatch(self.subject, subject) is not None
+
+    def refusal(self, target: Target) -> str:
+        """Why this drill cannot run against target ('' when it can)."""
+        if self.replay:
+            return ""
+        if self.brokers > target.brokers:
+            return f"needs {self.brokers} brokers, the cluster has {target.brokers} (kdiag lab up --brokers 3)"
+        if self.needs_lab and target.lab_dir is None:
+            return "needs the kdiag lab: it stops broker processes or reads their log dirs"
+        return ""
+
+
+@contextmanager
+def forced_fsync(target: Target) -> Iterator[None]:
+    with topic(target, "drill-forced-fsync", assignment(target, 3), **{"flush.messages": "1"}) as name, \
+            keyed_load(target.bootstrap, [name]):
+        yield
+
+
+@contextmanager
+def forced_fsync_broker(target: Target) -> Iterator[None]:
+    with topic(target, "drill-fsync-inherited", assignment(target, 3)) as name, \
+            cluster_default(target, "log.flush.interval.messages", "1"), keyed_load(target.bootstrap, [name]):
+        yield
+
+
+@contextmanager
+def leader_skew(target: Target) -> Iterator[None]:
+    with topic(target, "drill-leader-skew", [[1, 2, 3], [1, 3, 2]] * 3) as name, \
+            keyed_load(target.bootstrap, [name]):
+        yield
+
+
+@contextmanager
+def hot_key(target: Target) -> Iterator[None]:
+    with topic(target, "drill-hot-key", assignment(target, 3)) as name, keyed_load(target.bootstrap, [name], keys=1):
+        yield
+
+
+@contextmanager
+def follower_stopped(target: Target) -> Iterator[None]:
+    # min.insync.replicas=3: with a replica gone, acks=all writes would fail (seed 002 section 3.2); the load uses acks=1.
+    with topic(target, "drill-follower", assignment(target, 3), **{"min.insync.replicas": "3"}) as name, \
+            keyed_load(target.bootstrap, [name], rate=300):
+        try:
+            lab.stop_node(VICTIM_BROKER, target.lab_dir)
+            yield
+        finally:
+            lab.start_node(VICTIM_BROKER, target.lab_dir)
+            preferred_leaders(target)
+
+
+@contextmanager
+def unbatched(target: Target) -> Iterator[None]:
+    # Led by broker 2: the wave's batched producers (leader-skew, hot-key's one key) write to broker 1, whose
+    # messages per request they would lift; and unbatched_producers named on broker 1 is then a false attribution.
+    with topic(target, "drill-unbatched", [assignment(target, 2)[-1]]) as name, record_by_record(target, name):
+        yield
+
+
+@contextmanager
+def log_dir_scanner(target: Target) -> Iterator[None]:
+    """A separate process re-reading every file of the log dirs, as a backup or stats script does."""
+    with topic(target, "drill-scanned", assignment(target, 3)) as name, \
+            keyed_load(target.bootstrap, [name], rate=3000), scanner(target.log_dirs):
+        yield
+
+
+@contextmanager
+def broker_kill(target: Target) -> Iterator[None]:
+    with victim_back(target):
+        os.kill(broker_pid(target, VICTIM_BROKER), signal.SIGKILL)
+        yield
+
+
+@contextmanager
+def broker_freeze(target: Target) -> Iterator[None]:
+    pid = broker_pid(target, VICTIM_BROKER)
+    with victim_back(target):
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def leader_killed_alone(target: Target) -> Iterator[None]:
+    with victim_back(target):
+        kill_acking_alone(target, target.probe, VICTIM_BROKER)
+        yield
+
+
+@contextmanager
+def idle_consumers(target: Target) -> Iterator[None]:
+    with topic(target, "drill-idle", assignment(target, 1)) as name, consumers(target, "drill-idle-group", name, 3):
+        yield
+
+
+@contextmanager
+def consumer_rebalance(target: Target) -> Iterator[None]:
+    conf = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 6000}
+    with topic(target, "drill-rebalance", assignment(target, 2)) as name, \
+            consumers(target, "drill-rebalance-group", name, 2, slow_every=9.0, **conf):
+        yield
+
+
+def firing(rule: str, holds: Callable[[Diagnosis], bool] = lambda d: True) -> Callable[[State], bool]:
+    """A drill check: a firing diagnosis of rule for which holds(diagnosis) is true."""
+    return lambda state: any(d.rule.id == rule and d.state == "firing" and holds(d) for d in state.diagnoses)
+
+
+def jmx_of_one_broker_down(state: State) -> bool:
+    """One broker's JMX endpoint read as down, the two others up, and both Kafka collectors still succeeding."""
+    up = sorted(s.value for s in state.samples if s.name == "kdiag_kafka_jmx_up")
+    return up == [0.0, 1.0, 1.0] and all(state.health[c].success for c in ("kafka_admin", "kafka_jmx"))
+
+
+BROKER_3_DOWN = {"broker_down names broker 3": firing(
+    "broker_down", lambda d: d.evidence["missing_broker_ids"] == "3" and "broker 3 left the cluster" in d.summary)}
+
+# Drills that share run at once as one wave (each on its own topic or group); the others one at a time. Alone:
+# faults that load the shared log disk (an fsync per message, a scanner): beside the wave, the fsync topic's log end
+# offsets went unread for minutes (its messages/s stayed unknown) and hot-key's skew was never seen.
+DRILLS = [
+    Drill("forced-fsync", "topic drill-forced-fsync with flush.messages=1 under keyed load", ["forced_fsync"],
+          forced_fsync, subject="drill-forced-fsync",
+          checks={"forced_fsync evidence: flush.messages 1, over 5 flushes/s": firing(
+              "forced_fsync", lambda d: d.evidence["flush_messages"] == 1.0
+              and d.evidence["cluster.log_flushes_per_second"] > 5.0)}),
+    Drill("log-dir-scanner", "a separate process re-reading the brokers' log dirs", ["foreign_io_scanner"],
+          log_dir_scanner, needs_lab=True, subject=r"pid \d+ python.*"),
+    Drill("leader-skew", "topic drill-leader-skew with every leader on broker 1, under load", ["partition_skew"],
+          leader_skew, brokers=3, subject="drill-leader-skew", shares=True,
+          checks={"partition_skew evidence: broker 1 leads all, 3x its share": firing(
+              "partition_skew", lambda d: d.evidence["leader_top_broker_share"] == 1.0
+              and d.evidence["leader_skew_ratio"] == 3.0)}),
+    Drill("hot-key", "topic drill-hot-key with balanced leaders and every record under one key", ["partition_skew"],
+          hot_key, brokers=3, subject="drill-hot-key", shares=True),
+    Drill("idle-consumers", "3 consumers in one group on a 1-partition topic", ["consumer_members_idle"],
+          idle_consumers, subject="drill-idle-group", shares=True,
+          checks={"2 of 3 members idle": lambda state: any(
+              d.rule.id == "consumer_members_idle" and d.evidence["idle_members"] == 2.0 and d.evidence["members"] == 3.0
+              for d in state.diagnoses)}),
+    Drill("consumer-rebalance", "a consumer polling every 9 s with max.poll.interval.ms=6000",
+          ["consumer_rebalancing"], consumer_rebalance, timeout=400, subject="drill-rebalance-group", shares=True),
+    Drill("unbatched-producers", "a plain client sending records one by one (linger.ms=0, batch.num.messages=1)",
+          ["unbatched_producers"], unbatched, brokers=2, subject="broker 2", shares=True,
+          checks={"unbatched_producers names drill-unbatched, under 2 messages a request": firing(
+              "unbatched_producers", lambda d: d.evidence["messages_per_produce_request"] < 2.0
+              and "drill-unbatched" in d.evidence["busiest_topics"])}),
+    Drill("forced-fsync-broker", "cluster-wide log.flush.interval.messages=1 (kafka-configs --entity-default)",
+          ["forced_fsync_broker"], forced_fsync_broker, subject=r"broker \d+",
+          checks={"forced_fsync_broker names the cluster-wide default, 1 message": firing(
+              "forced_fsync_broker", lambda d: "cluster-wide dynamic default" in d.summary
+              and d.evidence["log_flush_interval_messages"] == 1.0)}),
+    Drill("broker-kill", f"kill -9 broker {VICTIM_BROKER}, then start it", ["broker_down"], broker_kill,
+          brokers=3, needs_lab=True, resolve_timeout=240, checks=BROKER_3_DOWN),
+    Drill("broker-freeze", f"SIGSTOP broker {VICTIM_BROKER}, then SIGCONT", ["broker_down"], broker_freeze,
+          brokers=3, needs_lab=True, resolve_timeout=240, checks=BROKER_3_DOWN),
+    Drill("follower-stopped", f"stop broker {VICTIM_BROKER} (controlled shutdown) under load, then start it",
+          ["under_replicated_partitions", "broker_down"], follower_stopped, brokers=3, needs_lab=True,
+          resolve_timeout=240, checks={**BROKER_3_DOWN, "broker 3's JMX endpoint down, the collectors up":
+                                       jmx_of_one_broker_down, "under_min_isr on drill-follower": firing(
+                                           "under_min_isr", lambda d: d.subject == "drill-follower")}),
+    Drill("probe-loss",
+          f"probe at acks=1: the others frozen while broker {VICTIM_BROKER} acks alone, kill -9 it, then start it",
+          ["probe_messages_lost", "broker_down"], leader_killed_alone, brokers=3, needs_lab=True, resolve_timeout=240,
+          # 2 sends/s per partition: 6/s stays under partition_skew's 10 messages/s while the leaders sit on 2 brokers.
+          probe=ProbeConfig(topic="drill-probe-loss", acks="1", interval=0.5, sla=10.0, availability_window=10.0,
+                            reconcile_interval=5.0, group_id="drill-probe-loss")),
+    Drill("nic-irq-on-cpu0", "replayed: the sandbox cannot move NIC IRQs", ["nic_irq_on_cpu0"],
+          replay=RECORDINGS / "nic-irq-on-cpu0"),
+    Drill("swap-in-use", "replayed: this machine has no swap to fill", ["swap_in_use"],
+          replay=RECORDINGS / "swap-in-use"),
+]
+BY_NAME = {d.name: d for d in DRILLS}

@@ -1,0 +1,383 @@
+"""The drill runner: one kdiag pipeline watches the cluster while each drill injects a fault and reverts it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import replace
+
+from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.collectors.host.meminfo import MeminfoCollector
+from kdiag.collectors.host.processes import ProcessesCollector
+from kdiag.collectors.host.stat import StatCollector
+from kdiag.config.settings import load_config
+from kdiag.app.daemon import kafka_collectors, load_rules
+from kdiag.tools.drill.results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
+                                 rule_for, waves)
+from kdiag.tools.drill.faults import Target, delete_leftover_topics, probe_running
+from kdiag.tools.drill.catalog import Drill
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.probe.probe import ProbeService
+from kdiag.report.html import Timeline, frozen
+from kdiag.core.root import Root
+
+log = logging.getLogger(__name__)
+
+CYCLE_SECONDS = 1.0
+SIGNAL_WINDOW_SECONDS = 10.0
+JMX_POLL_SECONDS = 2.0
+ALERT_INSTANCE = "kdiag-drill"  # the instance label of the drills' alerts
+LEAD_SECONDS = 10.0  # the timeline starts this long before the injection
+CHECKS_SECONDS = 60.0  # how long a fired fault stays in place for its evidence checks to hold
+KAFKA_SUBJECTS = ("topic", "broker", "cluster", "group")
+
+
+# How often the drills' kdiag looks (the AdminClient fetch runs every cycle), reported beside each rule's `for`.
+LIVE_INTERVALS = {"cycle_seconds": CYCLE_SECONDS, "jmx_poll_seconds": JMX_POLL_SECONDS,
+                  "signal_window_seconds": SIGNAL_WINDOW_SECONDS}
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived; the drill in progress has been reverted."""
+
+
+def cluster_causes(rules) -> set[str]:
+    """Causes a drill can be blamed for: the cluster's own, and processes in its log dirs, not this shared host's."""
+    return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
+
+
+def alerted_rules(alertmanager: str) -> set[str]:
+    """Rules of the drills' active alerts in Alertmanager that carry their summary annotation."""
+    try:
+        with urllib.request.urlopen(f"{alertmanager}/api/v2/alerts?active=true", timeout=5) as response:
+            alerts = json.load(response)
+    except (OSError, ValueError):
+        return set()
+    # A cluster-scope alert has no instance label: whichever daemon reports it, it is the same alert.
+    return {a["labels"].get("rule") for a in alerts
+            if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
+
+
+class Monitor:
+    """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
+
+    def __init__(self, target: Target, alertmanager: str = ""):
+        overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
+                     "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
+                     "kafka.configs_interval": "0s",  # the config drills need each change seen at once
+                     # The daemon's JMX poll (30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
+                     "kafka.jmx_interval": f"{JMX_POLL_SECONDS}s"}
+        config = load_config(None, overrides)
+        self.rules = load_rules(config)
+        # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
+        host = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs), MeminfoCollector(),
+                StatCollector()]
+        collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
+        self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
+        self.states: list[State] = []
+        self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
+        # A short backoff: one slow answer must not hold back an alert that lives only for the signal window.
+        self.pusher = AlertPusher(alertmanager, ALERT_INSTANCE, resend_interval=10.0,
+                                  backoff_max=2.0) if alertmanager else None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="drill-monitor", daemon=True)
+
+    def _run(self) -> None:
+        root = Root()
+        while not self._stop.is_set():
+            start = time.monotonic()
+            probe = self.probe
+            try:
+                state = self.pipeline.step(root, [probe.samples()] if probe else None)
+            except Exception as e:  # one failed step must not end the watch
+                log.warning("drill monitor step failed: %s", e)
+            else:
+                with self._lock:
+                    self.states.append(frozen(state))
+                if self.pusher:
+                    self.pusher.offer(state)
+            self._stop.wait(max(0.0, CYCLE_SECONDS - (time.monotonic() - start)))
+
+    def start(self) -> None:
+        if self.pusher:
+            self.pusher.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the watch and the collectors' own processes (JmxTool readers)."""
+        self._stop.set()
+        self._thread.join(30)
+        if self.pusher:
+            self.pusher.stop()
+        self.pipeline.collectors.close()
+
+    def since(self, t: float) -> list[State]:
+        with self._lock:
+            return [s for s in self.states if s.time >= t]
+
+    def latest(self) -> State | None:
+        with self._lock:
+            return self.states[-1] if self.states else None
+
+
+class Runner:
+    """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
+
+    def __init__(self, target: Target | None, timeout: float = 300.0, progress: Callable[[str], None] = print,
+                 alertmanager: str = "", serial: bool = False):
+        self.target = target
+        self.serial = serial
+        self.alertmanager = alertmanager.rstrip("/")
+        self.timeout = timeout
+        self.progress = progress
+        self.interrupted = 0
+        self.monitor: Monitor | None = None
+
+    @contextmanager
+    def signals_deferred(self) -> Iterator[None]:
+        """SIGINT/SIGTERM only note the request; waits act on it, never an injection or a revert half done."""
+        def note(signum, _frame) -> None:
+            self.interrupted = signum
+            self.progress(f"signal {signum}: reverting the drill in progress, then stopping")
+
+        old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+    def _wait(self, check: Callable[[], bool], timeout: float) -> bool:
+        """Poll check each cycle until true (True) or timeout (False); Interrupted once a signal came."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.interrupted:
+                raise Interrupted
+            if check():
+                return True
+            time.sleep(CYCLE_SECONDS / 2)
+        return False
+
+    def _active_now(self, t: float) -> set[tuple[str, str, str]]:
+        """Active diagnoses of the first state at or after t (waits for one)."""
+        self._wait(lambda: bool(self.monitor.since(t)), 120)
+        return active_of(self.monitor.since(t)[0])
+
+    def run(self, drills: list[Drill]) -> list[DrillResult]:
+        """Every wave of drills in turn; stops after an interrupted one (its results are the last)."""
+        results: list[DrillResult] = []
+        with self.signals_deferred():
+            try:
+                for wave in waves(drills, self.serial):
+                    if wave[0].replay:
+                        results.append(run_replay(wave[0]))
+                        continue
+                    if self.monitor is None:
+                        if leftover := delete_leftover_topics(self.target):
+                            self.progress(f"deleted {len(leftover)} drill topic(s) an earlier run left: {', '.join(leftover)}")
+                        self.monitor = Monitor(self.target, self.alertmanager)
+                        self.monitor.start()
+                    wave_results = [DrillResult(d.name, list(d.expected), rule_for_seconds=rule_for(self.monitor.rules, d),
+                                                intervals=dict(LIVE_INTERVALS)) for d in wave]
+                    results += wave_results
+                    for d in wave:
+                        self.progress(f"drill {d.name}: {d.summary}")
+                    self._run_wave(wave, wave_results)
+                    for r in wave_results:
+                        self.progress(f"drill {r.name}: {'passed' if r.passed else 'FAILED'}")
+                    if self.interrupted:
+                        raise Interrupted
+            except Interrupted:
+                pass
+            finally:
+                if self.monitor:
+                    self.monitor.stop()
+        return results
+
+    def _run_wave(self, wave: list[Drill], results: list[DrillResult]) -> None:
+        """The wave's drills from one baseline, each injected, judged and reverted in its own thread.
+
+        Each drill names the subjects its expected rules fire on: a cause on a (rule, subject) no drill of the wave
+        expects is a false attribution of every drill whose fault window it falls in."""
+        with ExitStack() as setup:
+            ready = []
+            for drill, result in zip(wave, results, strict=True):
+                target = self._probed(drill, result, setup) if drill.probe else self.target
+                if target:
+                    ready.append((drill, result, target))
+            try:
+                baseline = self._baseline(ready)
+            except Interrupted:
+                for _, result, _ in ready:
+                    result.reverted = True  # nothing was injected
+                raise
+            go = [(d, r, t) for d, r, t in ready if not r.error]
+            owned = owner([d for d, _, _ in go])
+            if len(go) == 1:
+                self._inject_and_revert(*go[0], baseline, owned)
+                return
+            threads = [threading.Thread(target=self._inject_in_thread, args=(*one, baseline, owned),
+                                        name=f"drill-{one[0].name}") for one in go]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+    def _inject_in_thread(self, *args) -> None:
+        with suppress(Interrupted):  # the run loop sees self.interrupted once the wave is back
+            self._inject_and_revert(*args)
+
+    def _baseline(self, ready: list[tuple[Drill, DrillResult, Target]]) -> set[tuple[str, str]]:
+        """Warm up, wait until no drill's expected rule is active on its subjects; what is active then."""
+        m = self.monitor
+        # Rates need two snapshots and the baseline needs a judged one.
+        started = time.time()
+        self._wait(lambda: len(m.since(started)) >= 3, 120)
+        drills = [d for d, _, _ in ready]
+        clash = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if owner(drills)(r, s)}  # noqa: E731
+        if not self._wait(lambda: not clash(), 90):
+            active = clash()
+            for drill, result, _ in ready:
+                if mine := sorted(f"{r} ({s})" for r, s in active if drill.owns(r, s)):
+                    result.error = f"baseline: {', '.join(mine)} already active"
+                    result.reverted = True  # nothing was injected
+        return {(r, s) for r, s, _ in self._active_now(time.time())}
+
+    def _probed(self, drill: Drill, result: DrillResult, setup: ExitStack) -> Target | None:
+        """The target with the drill's probe steady and fed to the monitor until setup closes; None if it is not."""
+        try:
+            probe = setup.enter_context(probe_running(self.target, drill.probe))
+        except Exception as e:  # its topic could not be made: nothing to revert
+            result.error, result.reverted = f"probe topic {drill.probe.topic}: {type(e).__name__}: {e}", True
+            return None
+        self.monitor.probe = probe
+        setup.callback(setattr, self.monitor, "probe", None)
+        self.progress(f"drill {drill.name}: waiting for the probe on {drill.probe.topic} to be steady")
+        if not self._wait(probe.steady, 180):
+            why = probe.health()[1]
+            result.error = f"probe on {drill.probe.topic} not steady within 180 s" + (f": {why}" if why else "")
+            result.reverted = True  # nothing was injected
+            return None
+        return replace(self.target, probe=probe)
+
+    def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target, baseline: set[tuple[str, str]],
+                           owned: Callable[[str, str], bool]) -> None:
+        m = self.monitor
+        causes = cluster_causes(m.rules)
+        window_start = time.time()
+        stack = ExitStack()
+        try:
+            stack.enter_context(drill.inject(target))
+            injected = time.time()
+            self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
+            rows = lambda: owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)  # noqa: E731
+            # Alerts are watched from the injection on (a loss alert may end before its cause's begins), and the
+            # drill is alerted once each expected rule has been seen in Alertmanager and the diagnosis fired.
+            # An alert that lives only for the signal window (a loss) can end between two looks at Alertmanager's
+            # API: Alertmanager accepting it firing, with its annotations, counts as seen too.
+            seen: set[str] = set()
+
+            def look() -> None:
+                seen.update(alerted_rules(self.alertmanager))
+                seen.update(r for r, t in m.pusher.accepted.items() if t >= injected)
+
+            def fired() -> bool:
+                if self.alertmanager:
+                    look()
+                return first_time(rows(), drill.expected, ("firing",), injected) is not None
+
+            def all_alerted() -> bool:
+                look()
+                return set(drill.expected) <= seen
+
+            if self._wait(fired, min(drill.timeout, self.timeout)):
+                if self.alertmanager:
+                    alerted = self._wait(all_alerted, 120)
+                    result.seconds_to_alert = round(time.time() - injected, 1) if alerted else None
+                    result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
+                # Evidence can trail the firing on a loaded host (a topic's rate needs two admin fetches, and the
+                # admin period stretches with its cost): the fault stays in place until the checks hold, or 60 s.
+                self._wait(lambda: not failed_checks(drill, m.since(injected)), CHECKS_SECONDS)
+        except Interrupted:
+            raise
+        except Exception as e:  # a failed injection still reverts and reports
+            result.error = f"{type(e).__name__}: {e}"
+            injected = time.time()
+        finally:
+            try:
+                stack.close()
+                result.reverted = True
+            except Exception as e:
+                result.error = result.error or f"revert failed: {type(e).__name__}: {e}"
+            reverted_at = time.time()
+            self.progress(f"drill {drill.name}: reverted, waiting for it to resolve")
+            self._finish(drill, result, injected, reverted_at, baseline, causes, window_start, owned)
+
+    def _finish(self, drill: Drill, result: DrillResult, injected: float, reverted_at: float,
+                baseline: set[tuple[str, str]], causes: set[str], window_start: float,
+                owned: Callable[[str, str], bool]) -> None:
+        """Wait for the expected rules to clear (unless interrupted), then fill in the result."""
+        m = self.monitor
+
+        def cleared() -> bool:
+            after = m.since(reverted_at + 0.01)
+            return bool(after) and not any(drill.owns(r, s) for r, s, _ in active_of(after[-1]))
+
+        if not self.interrupted:
+            with suppress(Interrupted):
+                self._wait(cleared, drill.resolve_timeout)
+        states = m.since(min(window_start, injected - LEAD_SECONDS))
+        rows = [(s.time, active_of(s)) for s in states]
+        mine = owned_rows(rows, drill)
+        result.seconds_to_pending = first_time(mine, drill.expected, ("pending", "firing"), injected)
+        result.seconds_to_firing = first_time(mine, drill.expected, ("firing",), injected)
+        result.detected = result.seconds_to_firing is not None
+        ends = [t for t, active in rows if t > reverted_at and not any(drill.owns(r, s) for r, s, _ in active)]
+        result.seconds_to_resolved = round(ends[0] - reverted_at, 1) if ends else None
+        result.false_attributions = false_attributions(rows, owned, causes, baseline, injected)
+        fault = [s for s in states if injected <= s.time <= reverted_at]
+        result.failed_checks = failed_checks(drill, fault)
+        result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
+                                               (injected, reverted_at))
+
+
+def failed_checks(drill: Drill, fault: list[State]) -> list[str]:
+    """The drill's checks that hold in none of the states of its fault."""
+    return [what for what, holds in drill.checks.items() if not any(holds(s) for s in fault)]
+
+
+def run_replay(drill: Drill) -> DrillResult:
+    """A host fault the sandbox cannot make: its recording replayed through the same pipeline and report."""
+    from kdiag.app.daemon import replay
+    from kdiag.recording.recording import Recording
+
+    config = load_config(None)
+    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay),
+                         rule_for_seconds=rule_for(load_rules(config), drill))
+    if not drill.replay.is_dir():
+        result.error = f"recording {drill.replay} not found (it ships with the source tree)"
+        return result
+    states: list[State] = []
+    recording = Recording(drill.replay)
+    try:
+        result.intervals = {"recording_interval_seconds": recording.interval, "signal_window_seconds": config.signal_window}
+        replay(recording, config, on_step=lambda s: states.append(frozen(s)))
+    finally:
+        recording.close()
+    rows = [(s.time, active_of(s)) for s in states]
+    start = states[0].time
+    result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), start)
+    result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), start)
+    result.detected = result.seconds_to_firing is not None
+    causes = {d.rule.id for s in states for d in s.diagnoses if d.rule.kind == "cause"}
+    result.false_attributions = false_attributions(rows, drill.owns, causes, set(), start)
+    result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states,
+                                           drill.expected, None)
+    return result

@@ -1,0 +1,1 @@
+"""kdiag lab: a local Kafka cluster for tests and drills."""

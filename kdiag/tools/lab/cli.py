@@ -1,0 +1,120 @@
+"""`kdiag lab up|status|down`: the command line of kdiag/tools/lab/lab.py.
+
+`up` and `status` print, on stdout, lines meant for parsing:
+    lab: running brokers=N security=MODE kafka=V mode=kraft|zookeeper dir=DIR
+    bootstrap: 127.0.0.1:9092[,...]
+    zookeeper: 127.0.0.1:P running|stopped (ZooKeeper mode only)
+    broker: N 127.0.0.1:CLIENT controller=127.0.0.1:CTRL
+    jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi
+(`status` adds "node: N running pid=P" or "node: N stopped" lines).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from kdiag.tools.lab import lab
+from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab import versions as lab_versions
+from kdiag.tools.lab import zookeeper as lab_zookeeper
+from kdiag.tools.lab.jars import LabError
+
+
+def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
+    """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
+    lines = [
+        f"lab: {state} brokers={info['brokers']} security={lab_security.security_of(info)} "
+        f"kafka={info['kafka_version']} mode={lab.mode_of(info)} dir={info['dir']}",
+        f"bootstrap: {info['bootstrap']}",
+    ]
+    if "zookeeper" in info:
+        zk_state = "running" if lab_zookeeper.running(lab.lab_dir(info["dir"])) else "stopped"
+        lines.append(f"zookeeper: {info['zookeeper']} {zk_state}")
+    for n in range(1, info["brokers"] + 1):
+        node = info["nodes"][str(n)]
+        controller = "" if "zookeeper" in info else f" controller=127.0.0.1:{node['controller']}"
+        lines.append(f"broker: {n} 127.0.0.1:{node['client']}{controller}")
+    for n in range(1, info["brokers"] + 1):
+        lines.append(f"jmx: {n} {info['jmx'][str(n)]}")
+    if pids is not None:
+        for n, pid in pids.items():
+            lines.append(f"node: {n} running pid={pid}" if pid else f"node: {n} stopped")
+    return lines
+
+
+def _run(fn):
+    def wrapped(args) -> int:
+        try:
+            return fn(args)
+        except LabError as e:
+            print(f"kdiag lab: {e}", file=sys.stderr)
+            return e.code
+    return wrapped
+
+
+@_run
+def cmd_up(args) -> int:
+    """Handle `kdiag lab up`."""
+    with lab.locked(lab.lab_dir(args.dir)):
+        info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security,
+                      args.mode, args.jvm_opts)
+    print("\n".join(_info_lines(info, "running")), flush=True)
+    return 0
+
+
+@_run
+def cmd_status(args) -> int:
+    """Handle `kdiag lab status`."""
+    info, pids = lab.status(args.dir)
+    if not info:
+        print(f"lab: absent dir={lab.lab_dir(args.dir)}")
+        return 1
+    state = "running" if all(pids.values()) else "degraded" if any(pids.values()) else "stopped"
+    print("\n".join(_info_lines(info, state, pids)))
+    return 0 if all(pids.values()) else 1
+
+
+@_run
+def cmd_down(args) -> int:
+    """Handle `kdiag lab down`."""
+    d = lab.lab_dir(args.dir)
+    if not lab.down(args.dir, args.purge):
+        print(f"lab: absent dir={d}")
+        return 0
+    print(f"lab: stopped dir={d}")
+    if args.purge:
+        print(f"lab: purged data, secrets and kdiag.yaml under {d}")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    """Register the `lab` subcommand (up, status, down) on an argparse subparsers object."""
+    lab_parser = subparsers.add_parser("lab", help="run a local Kafka cluster (KRaft or ZooKeeper) for trying kdiag")
+    sub = lab_parser.add_subparsers(dest="lab_command", required=True)
+    dir_help = "lab directory (default: $KDIAG_LAB_DIR or ~/.cache/kdiag/lab)"
+
+    p = sub.add_parser("up", help="start the lab (no-op if already running)")
+    p.add_argument("--brokers", type=int, choices=(1, 3), default=1)
+    p.add_argument("--dir", help=dir_help)
+    p.add_argument("--kafka-version", help=f"Kafka version from Maven Central (default {lab.KAFKA_VERSION})")
+    p.add_argument("--mode", choices=lab_versions.MODES,
+                   help="kraft (default from 3.3, the only mode of 4.x) or zookeeper (2.x and 3.x; one ZooKeeper "
+                        "node on base-port+2)")
+    p.add_argument("--jvm-opts", help="extra JVM options for the brokers, e.g. '-XX:+UseParallelGC' "
+                                      "(default $KDIAG_LAB_JVM_OPTS)")
+    p.add_argument("--base-port", type=int,
+                   help=f"client port of node 1; node N uses base+10*(N-1) (default {lab.DEFAULT_BASE_PORT})")
+    p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the brokers")
+    p.add_argument("--security", choices=lab_security.MODES, default="none",
+                   help="client listener: PLAINTEXT, TLS, SCRAM-SHA-512, or SCRAM over TLS; secured modes also "
+                        "guard JMX with a password (TLS too in ssl and sasl_ssl); see DIR/kdiag.yaml")
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("status", help="show whether each node runs; exit 1 unless all do")
+    p.add_argument("--dir", help=dir_help)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("down", help="stop the lab")
+    p.add_argument("--dir", help=dir_help)
+    p.add_argument("--purge", action="store_true", help="also delete the node data, logs, secrets and kdiag.yaml")
+    p.set_defaults(func=cmd_down)

@@ -1,0 +1,209 @@
+"""`kdiag lab`: a local Apache Kafka cluster (KRaft, or ZooKeeper for 2.x-3.x) run from Maven Central jars."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from kdiag.tools.lab import nodes as lab_nodes
+from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab import versions as lab_versions
+from kdiag.tools.lab import zookeeper as lab_zookeeper
+from kdiag.kafka.jars import lab_dir
+from kdiag.tools.lab.jars import LabError, check_java, fetch_jars
+from kdiag.tools.lab.layout import (
+    DEFAULT_BASE_PORT,
+    KAFKA_VERSION,
+    jmx_url,
+    lab_json,
+    new_cluster_id,
+    ports,
+    server_properties,
+    zookeeper_port,
+)
+
+
+def read_lab(dir: str | os.PathLike | None = None) -> dict | None:
+    """Return lab.json of the lab in DIR if at least one of its nodes is running, else None."""
+    d = lab_dir(dir)
+    info = lab_json(d)
+    if not info:
+        return None
+    live = lab_nodes.pids(d, info)
+    if not any(live.values()):
+        return None
+    info["pids"] = {str(n): pid for n, pid in live.items() if pid}
+    return info
+
+
+def lab_config(dir: str | os.PathLike | None = None) -> Path:
+    """Return DIR/kdiag.yaml, writing it first for a lab started before `lab up` wrote one."""
+    d = lab_dir(dir)
+    info = lab_json(d)
+    if info is None:
+        raise LabError(f"no lab in {d}: run `kdiag lab up`")
+    if not (d / "kdiag.yaml").exists():
+        lab_security.write_kdiag_yaml(d, info)
+    return d / "kdiag.yaml"
+
+
+def _remove_data(d: Path) -> None:
+    """Delete the nodes' storage and the secrets formatted into it."""
+    for node_dir in d.glob("node-*"):
+        shutil.rmtree(node_dir)
+    shutil.rmtree(lab_zookeeper.zk_dir(d), ignore_errors=True)
+    shutil.rmtree(lab_security.secrets_dir(d), ignore_errors=True)
+
+
+def mode_of(info: dict) -> str:
+    """The lab's mode: kraft, or zookeeper (labs written before modes were KRaft)."""
+    return info.get("mode", "kraft")
+
+
+def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: str | None = None,
+       timeout: float = 180, security: str = "none", mode: str | None = None, jvm_opts: str | None = None) -> dict:
+    """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
+    d = lab_dir(dir)
+    old = lab_json(d)
+    live = lab_nodes.pids(d, old) if old else {}
+    base = base_port or (old or {}).get("base_port") or DEFAULT_BASE_PORT
+    version = kafka_version or (old or {}).get("kafka_version") or KAFKA_VERSION
+    mode = mode or (mode_of(old) if old and old["kafka_version"] == version else lab_versions.default_mode(version))
+    lab_versions.check_mode(version, mode)
+    lab_versions.check_security(version, mode, security)
+    jvm_opts = lab_nodes.jvm_opts(jvm_opts)
+    wanted = (brokers, base, version, security, mode, jvm_opts)
+    same = (bool(old) and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
+                           mode_of(old), old.get("jvm_opts", [])) == wanted
+            and (security == "none" or lab_security.secrets_dir(d).is_dir()))  # lost secrets: rebuild
+    if same and all(live.values()):
+        lab_security.write_kdiag_yaml(d, old)
+        return old
+    check_java()
+    if not same:
+        if any(live.values()):
+            print("lab config changed: stopping the running lab", file=sys.stderr)
+            lab_nodes.stop(d, old)
+        lab_zookeeper.stop(d)
+        # Storage formatted for another quorum, version, security mode or secrets cannot be reused.
+        _remove_data(d)
+    d.mkdir(parents=True, exist_ok=True)
+    fetch_jars(d, version, lab_versions.scala_artifact(version), mode)
+    lab_security.prepare(d, security)
+
+    nodes = {str(n): ports(n, base) for n in range(1, brokers + 1)}
+    to_start = [n for n in range(1, brokers + 1) if not (same and live.get(n))]
+    busy = [p for n in to_start for p in nodes[str(n)].values() if not lab_nodes.port_free(p)]
+    if mode == "zookeeper" and not lab_zookeeper.running(d) and not lab_nodes.port_free(zookeeper_port(base)):
+        busy.append(zookeeper_port(base))
+    if busy:
+        raise LabError(f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use; "
+                       "choose another --base-port or stop what uses them")
+    cluster_id = old["cluster_id"] if same else new_cluster_id()
+    for n in range(1, brokers + 1):
+        node_dir = d / f"node-{n}"
+        node_dir.mkdir(exist_ok=True)
+        lab_security.write_private(node_dir / "server.properties",
+                                   server_properties(n, brokers, base, node_dir, security, mode))
+    if mode == "zookeeper":
+        lab_zookeeper.start(d, zookeeper_port(base))
+        lab_security.add_zookeeper_users(d, security, zookeeper_port(base))
+    else:
+        unformatted = [n for n in to_start if not (d / f"node-{n}" / "data" / "meta.properties").exists()]
+        if unformatted:
+            lab_nodes.format_storage(d, unformatted, cluster_id, security)
+
+    info = {
+        "brokers": brokers,
+        "bootstrap": ",".join(f"127.0.0.1:{nodes[str(n)]['client']}" for n in range(1, brokers + 1)),
+        "jmx": {k: jmx_url(v["jmx_port"]) for k, v in nodes.items()},
+        "pids": {},
+        "kafka_version": version,
+        "base_port": base,
+        "cluster_id": cluster_id,
+        "dir": str(d),
+        "nodes": nodes,
+        "security": security,
+        "mode": mode,
+        "jvm_opts": jvm_opts,
+    }
+    if mode == "zookeeper":
+        info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
+    for n in range(1, brokers + 1):
+        pid = live.get(n) if same else None
+        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, jvm_opts)
+    (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
+    lab_security.write_kdiag_yaml(d, info)
+    print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)
+    try:
+        lab_nodes.wait_ready(d, info, timeout)
+    except LabError as e:
+        lab_nodes.stop(d, info)
+        lab_zookeeper.stop(d)
+        raise lab_versions.explain_start_failure(version, e) from None
+    return info
+
+
+@contextlib.contextmanager
+def locked(d: Path):
+    """Hold an exclusive lock on DIR so concurrent `up`/`down` calls run one after another."""
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _lab_with_node(d: Path, n: int) -> dict:
+    """lab.json of the lab in d; LabError when it has no node n."""
+    info = lab_json(d)
+    if not info or not 1 <= n <= info["brokers"]:
+        raise LabError(f"no node {n} in the lab at {d}")
+    return info
+
+
+def stop_node(n: int, dir=None, timeout: float = 30) -> None:
+    """Stop node n of the lab in DIR (a controlled shutdown when the others keep the quorum)."""
+    d = lab_dir(dir)
+    with locked(d):
+        lab_nodes.stop(d, _lab_with_node(d, n), timeout, nodes=[n])
+
+
+def start_node(n: int, dir=None, timeout: float = 180) -> dict:
+    """Start node n of the lab in DIR unless it runs, wait until every broker answers; return lab.json."""
+    d = lab_dir(dir)
+    with locked(d):
+        info = _lab_with_node(d, n)
+        if not lab_nodes.pids(d, info)[n]:
+            security = lab_security.security_of(info)
+            info["pids"][str(n)] = lab_nodes.start(d, n, info["nodes"][str(n)]["jmx_port"], security,
+                                                   info.get("jvm_opts", []))
+            (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
+        lab_nodes.wait_ready(d, info, timeout)
+    return info
+
+
+def status(dir=None) -> tuple[dict | None, dict[int, int | None]]:
+    """Return lab.json of the lab in DIR (None if absent) and node id -> live pid (None if stopped)."""
+    d = lab_dir(dir)
+    info = lab_json(d)
+    return info, lab_nodes.pids(d, info) if info else {}
+
+
+def down(dir=None, purge: bool = False) -> bool:
+    """Stop the lab in DIR, with purge also delete its data, secrets and kdiag.yaml; False if there is none."""
+    d = lab_dir(dir)
+    if not (d / "lab.json").exists():
+        return False
+    with locked(d):
+        lab_nodes.stop(d, lab_json(d) or {"brokers": 0})
+        lab_zookeeper.stop(d)
+        if purge:
+            _remove_data(d)
+            (d / "lab.json").unlink(missing_ok=True)
+            (d / "kdiag.yaml").unlink(missing_ok=True)
+    return True
