@@ -37,7 +37,7 @@ from kdiag.catalog import CatalogError, Rule, default_rules_dir, load_catalog
 from kdiag.exporter import Published
 from kdiag.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.probe_metrics import HELP as PROBE_HELP
-from kdiag.probe import ProbeService
+from kdiag.probe_process import ProbeProcess
 from kdiag.recording import Recording
 from kdiag.root import Root
 from kdiag.sample import Sample
@@ -224,17 +224,18 @@ class Daemon:
         self._reload = False
         self._live_root = live_root
         self._handed: dict[int, list[Sample]] = {}  # per background job, the samples last handed to the pipeline
+        # The probe's and the election's librdkafka clients live in child processes: their crash costs that source.
         self.probe = None
-        self._probe_last_ok: float | None = None
+        self._last_ok: dict[str, float] = {}  # when the probe and the election last worked
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
-            self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
+            self.probe = ProbeProcess(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
         self.coordinator = None
         if config.kafka.bootstrap_servers and not recording:
-            from kdiag.coordination import Coordinator
+            from kdiag.coordination import CoordinatorProcess
 
             k = config.kafka
-            self.coordinator = Coordinator(k.bootstrap_servers, k.client_settings, Member(host, k.local_broker_id),
-                                           k.coordination_topic, k.coordination_group, k.cluster_scope, k.timeout)
+            self.coordinator = CoordinatorProcess(k.bootstrap_servers, k.client_settings, Member(host, k.local_broker_id),
+                                                  k.coordination_topic, k.coordination_group, k.cluster_scope, k.timeout)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alertmanager import AlertPusher
@@ -293,13 +294,18 @@ class Daemon:
                 self._handed[id(background)] = got
             health.update(h)
         if self.probe:
-            # The probe runs in its own threads; here it only hands over its counters.
-            ok, error = self.probe.health()
-            samples.append(self.probe.samples())
-            if ok:
-                self._probe_last_ok = self._live_root.now()
-            health["probe"] = Health(ok, 0.0, self._probe_last_ok, error)
+            # The probe runs in its own process; here it only hands over its counters.
+            ok, error, got = self.probe.status()
+            samples.append(got)
+            health["probe"] = self._service_health("probe", ok, error)
+        if self.coordinator and self.coordinator.worker:
+            health["coordination"] = self._service_health("coordination", *self.coordinator.poll())
         return samples, carried, health
+
+    def _service_health(self, name: str, ok: bool, error: str) -> Health:
+        if ok:
+            self._last_ok[name] = self._live_root.now()
+        return Health(ok, 0.0, self._last_ok.get(name), error)
 
     def _live_step(self) -> None:
         samples, carried, health = self._extra()
