@@ -216,7 +216,7 @@ class Daemon:
         self.state_file = StateFile(path, host) if path else None
         if self.state_file:
             self.pipeline.restore(self.state_file.load(self.rules, time.time()))
-        self.published = Published(self._stale_after(), config.kafka.max_series)
+        self.published = Published(self._stale_after(), config.kafka.max_series, self._interval())
         self.exporter = Exporter(config.listen, self.published, config.web_config)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
@@ -248,7 +248,7 @@ class Daemon:
     def start(self) -> None:
         """Start collecting and serving; returns at once."""
         self.exporter.start()
-        interval = self.recording.interval if self.recording else self.config.interval
+        interval = self._interval()
         step = self._replay_step if self.recording else self._live_step
         for i, background in enumerate(self.background):
             self.scheduler.add_job(background.run, "interval", seconds=background.every, id=f"background-{i}",
@@ -322,9 +322,11 @@ class Daemon:
             root = next(self._replay)
         self._publish(self.pipeline.step(root))
 
+    def _interval(self) -> float:
+        return self.recording.interval if self.recording else self.config.interval
+
     def _stale_after(self) -> float:
-        interval = self.recording.interval if self.recording else self.config.interval
-        return 3 * interval + self.config.collector_timeout
+        return 3 * self._interval() + self.config.collector_timeout
 
     def serve_forever(self) -> None:
         """Start, then reload on request_reload() (SIGHUP) until stop() (SIGTERM/SIGINT)."""
@@ -385,6 +387,7 @@ class Daemon:
         if not self.recording and config.interval != old.interval:
             self.scheduler.reschedule_job("collect", trigger="interval", seconds=config.interval)
         self.published.stale_after = self._stale_after()
+        self.published.interval = self._interval()
         changed = [f.name for f in dataclasses.fields(Config) if getattr(old, f.name) != getattr(config, f.name)]
         later = [name for name in changed if name not in RELOADABLE]
         log.info("reloaded: %d rules%s", len(rules),
