@@ -5,6 +5,7 @@ SIGSEGV, as librdkafka's assertions and NULL dereferences kill them: the daemon 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import urllib.request
@@ -19,7 +20,12 @@ from promstack import Stack
 from test_coordination_live import delete_topic
 from waiting import wait_until
 
-pytestmark = pytest.mark.kafka
+from kdiag.coordination import CoordinatorProcess
+from kdiag.kafka_client import ClientSettings
+from kdiag.probe_config import ProbeConfig
+from kdiag.probe_process import ProbeProcess
+from kdiag.scope import Member, Reporting
+
 INTERVAL = 2.0
 # The module each source's child runs (`python -m MODULE`), as its /proc/PID/cmdline shows it.
 CHILDREN = {"kafka_admin": "kdiag.collectors.admin_worker", "probe": "kdiag.probe_process",
@@ -66,6 +72,7 @@ def healthz(address: str) -> int:
         return r.status
 
 
+@pytest.mark.kafka
 def test_each_librdkafka_child_killed_by_sigabrt_then_sigsegv_costs_its_source_only(kafka_lab: dict,
                                                                                    tmp_path: Path) -> None:
     tag = f"crash{uuid.uuid4().hex[:8]}"
@@ -113,3 +120,32 @@ def test_each_librdkafka_child_killed_by_sigabrt_then_sigsegv_costs_its_source_o
         delete_topic(kafka_lab["bootstrap"], f"__kdiag_coordination_{tag}", f"kdiag-{tag}")
         admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
         admin.delete_topics([f"{tag}-probe"], operation_timeout=10)[f"{tag}-probe"].result(timeout=15)
+
+
+@pytest.mark.parametrize("kind", ["probe", "coordination"])
+def test_a_dead_child_is_reported_with_its_signal_and_restarted_after_a_backoff_with_secrets_off_argv(kind: str) -> None:
+    settings = ClientSettings.resolve({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN",
+                                       "sasl.username": "kdiag", "sasl.password": "hunter2-child"})
+    if kind == "probe":
+        child = ProbeProcess("127.0.0.1:1", ProbeConfig(topic="kdiag-probe-none"), "unit", settings)
+        ask = lambda: child.status()[:2]  # noqa: E731
+    else:
+        child = CoordinatorProcess("127.0.0.1:1", settings, Member("unit", 1), "t", "g")
+        ask = child.poll
+    try:
+        child.start()
+        first = child.worker.pid()
+        for name in ("cmdline", "environ"):
+            assert b"hunter2" not in Path(f"/proc/{first}/{name}").read_bytes()
+        ask()  # answers (nobody listens at 127.0.0.1:1: not up, and no secret in why)
+        os.kill(first, signal.SIGSEGV)
+        wait_until(lambda: child.worker.pid() is None, 30, "the child gone after SIGSEGV")
+        ok, reason = ask()
+        assert not ok and re.fullmatch(r"the \w+ process died from SIGSEGV since its last answer; restarting in 1 s", reason)
+        if kind == "coordination":
+            assert child.reporting() == Reporting(False, None)
+        wait_until(lambda: "restarting" not in ask()[1] and child.worker.pid() not in (None, first), 30,
+                   "a new child answering after the backoff")
+        assert "hunter2" not in ask()[1]
+    finally:
+        child.stop()
