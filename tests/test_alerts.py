@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import threading
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from promstack import ROOT, binary, free_port
 from waiting import wait_until
 
@@ -22,6 +24,7 @@ from kdiag.cli.main import main
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.analysis.engine import Diagnosis
 from kdiag.runtime.pipeline import State
+from kdiag.serve.exporter import render_metrics
 
 RULES = load_catalog([default_rules_dir()])
 BY_ID = {r.id: r for r in RULES}
@@ -72,6 +75,20 @@ def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
     assert "in cluster {{ $labels.cluster }}" in skew["annotations"]["summary"]
 
 
+def test_liveness_alerts_read_what_kdiag_exports() -> None:
+    text = render_metrics(State("h", 1000.0, [], {}, {}, []), {}, interval=5.0).decode()
+    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    assert "kdiag_cycle_interval_seconds 5.0" in text
+    group = alerts.prometheus_rules(RULES)["groups"][1]
+    assert group["name"] == "kdiag-liveness" and [a["alert"] for a in group["rules"]] == ["KdiagDown", "KdiagStale"]
+    for alert in group["rules"]:
+        assert set(re.findall(r"kdiag_\w+", alert["expr"])) <= exported, alert["expr"]
+    # promtool runs the generated unit tests of both (test_promtool_unit_tests_pass): a dead and a frozen daemon page.
+    tests = alerts.prometheus_tests(RULES)["tests"]
+    paged = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c["exp_alerts"]}
+    assert {"KdiagDown", "KdiagStale"} <= paged
+
+
 def test_runbook_anchors_exist_in_the_docs() -> None:
     docs = DOCS.read_text()
     for r in RULES:
@@ -93,7 +110,7 @@ def test_inhibitions_follow_the_explains_lists() -> None:
 def test_promtool_checks_the_rules() -> None:
     out = subprocess.run([binary("promtool"), "check", "rules", str(PROMETHEUS)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {len(RULES) + 1} rules found" in out.stdout  # and KdiagExplains
+    assert f"SUCCESS: {len(RULES) + 1 + len(alerts.LIVENESS_ALERTS)} rules found" in out.stdout  # KdiagExplains, liveness
 
 
 def test_promtool_unit_tests_pass() -> None:

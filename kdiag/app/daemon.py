@@ -37,7 +37,7 @@ from kdiag.analysis.catalog import CatalogError, Rule, default_rules_dir, load_c
 from kdiag.serve.exporter import Published
 from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.probe.metrics import HELP as PROBE_HELP
-from kdiag.probe.probe import ProbeService
+from kdiag.probe.process import ProbeProcess
 from kdiag.recording.recording import Recording
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
@@ -216,7 +216,7 @@ class Daemon:
         self.state_file = StateFile(path, host) if path else None
         if self.state_file:
             self.pipeline.restore(self.state_file.load(self.rules, time.time()))
-        self.published = Published(self._stale_after(), config.kafka.max_series)
+        self.published = Published(self._stale_after(), config.kafka.max_series, self._interval())
         self.exporter = Exporter(config.listen, self.published, config.web_config)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
@@ -224,17 +224,18 @@ class Daemon:
         self._reload = False
         self._live_root = live_root
         self._handed: dict[int, list[Sample]] = {}  # per background job, the samples last handed to the pipeline
+        # The probe's and the election's librdkafka clients live in child processes: their crash costs that source.
         self.probe = None
-        self._probe_last_ok: float | None = None
+        self._last_ok: dict[str, float] = {}  # when the probe and the election last worked
         if config.kafka.bootstrap_servers and config.probe.enabled and not recording:
-            self.probe = ProbeService(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
+            self.probe = ProbeProcess(config.kafka.bootstrap_servers, config.probe, host, config.kafka.client_settings)
         self.coordinator = None
         if config.kafka.bootstrap_servers and not recording:
-            from kdiag.kafka.coordination import Coordinator
+            from kdiag.kafka.coordination import CoordinatorProcess
 
             k = config.kafka
-            self.coordinator = Coordinator(k.bootstrap_servers, k.client_settings, Member(host, k.local_broker_id),
-                                           k.coordination_topic, k.coordination_group, k.cluster_scope, k.timeout)
+            self.coordinator = CoordinatorProcess(k.bootstrap_servers, k.client_settings, Member(host, k.local_broker_id),
+                                                  k.coordination_topic, k.coordination_group, k.cluster_scope, k.timeout)
         self.pusher = None
         if config.alertmanager.url:
             from kdiag.alerting.alertmanager import AlertPusher
@@ -247,7 +248,7 @@ class Daemon:
     def start(self) -> None:
         """Start collecting and serving; returns at once."""
         self.exporter.start()
-        interval = self.recording.interval if self.recording else self.config.interval
+        interval = self._interval()
         step = self._replay_step if self.recording else self._live_step
         for i, background in enumerate(self.background):
             self.scheduler.add_job(background.run, "interval", seconds=background.every, id=f"background-{i}",
@@ -293,13 +294,18 @@ class Daemon:
                 self._handed[id(background)] = got
             health.update(h)
         if self.probe:
-            # The probe runs in its own threads; here it only hands over its counters.
-            ok, error = self.probe.health()
-            samples.append(self.probe.samples())
-            if ok:
-                self._probe_last_ok = self._live_root.now()
-            health["probe"] = Health(ok, 0.0, self._probe_last_ok, error)
+            # The probe runs in its own process; here it only hands over its counters.
+            ok, error, got = self.probe.status()
+            samples.append(got)
+            health["probe"] = self._service_health("probe", ok, error)
+        if self.coordinator and self.coordinator.worker:
+            health["coordination"] = self._service_health("coordination", *self.coordinator.poll())
         return samples, carried, health
+
+    def _service_health(self, name: str, ok: bool, error: str) -> Health:
+        if ok:
+            self._last_ok[name] = self._live_root.now()
+        return Health(ok, 0.0, self._last_ok.get(name), error)
 
     def _live_step(self) -> None:
         samples, carried, health = self._extra()
@@ -316,9 +322,11 @@ class Daemon:
             root = next(self._replay)
         self._publish(self.pipeline.step(root))
 
+    def _interval(self) -> float:
+        return self.recording.interval if self.recording else self.config.interval
+
     def _stale_after(self) -> float:
-        interval = self.recording.interval if self.recording else self.config.interval
-        return 3 * interval + self.config.collector_timeout
+        return 3 * self._interval() + self.config.collector_timeout
 
     def serve_forever(self) -> None:
         """Start, then reload on request_reload() (SIGHUP) until stop() (SIGTERM/SIGINT)."""
@@ -379,6 +387,7 @@ class Daemon:
         if not self.recording and config.interval != old.interval:
             self.scheduler.reschedule_job("collect", trigger="interval", seconds=config.interval)
         self.published.stale_after = self._stale_after()
+        self.published.interval = self._interval()
         changed = [f.name for f in dataclasses.fields(Config) if getattr(old, f.name) != getattr(config, f.name)]
         later = [name for name in changed if name not in RELOADABLE]
         log.info("reloaded: %d rules%s", len(rules),

@@ -3,9 +3,11 @@ can crash is done there. marshal writes a 10,000-partition admin state in 4 ms, 
 
 librdkafka 2.16's AdminClient dereferences a NULL consumer group (segfault in rd_kafka_cgrp_op) when an
 OffsetFetch answer asks for a coordinator refresh, e.g. NOT_COORDINATOR while a broker restarts. In-process
-that kills the whole daemon; in a `WorkerProcess` it costs one answer, and the next request starts a new child.
+that kills the whole daemon; in a `WorkerProcess` it costs that source's answers until a new child starts: the
+first request after a backoff (1, 2, 4 ... 30 s while deaths follow each other) since the death.
 The first line sent is the child's settings (secrets travel on the pipe, never on argv); the child exits
-when its stdin closes, so it never outlives kdiag.
+when its stdin closes, so it never outlives kdiag. A long-lived service (the probe, the election) runs its
+clients on threads of its child and answers requests about its state.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import gc
 import json
 import logging
 import marshal
+import math
 import os
 import select
 import signal
@@ -31,6 +34,8 @@ from kdiag.core import logsafe
 log = logging.getLogger(__name__)
 # Before an answer's marshal bytes: their length, and the CPU seconds the request cost the child (all its threads).
 FRAME_HEADER = struct.Struct("!Qd")
+RESTART_BACKOFF = 1.0  # seconds from a death to the next start; doubles while deaths follow each other
+MAX_BACKOFF = 30.0
 
 
 class WorkerError(Exception):
@@ -48,7 +53,8 @@ def _death(returncode: int) -> str:
 
 
 class WorkerProcess:
-    """One long-lived child running `python -m module`; restarted on the request after it dies or hangs."""
+    """One long-lived child running `python -m module`; after it dies or hangs, restarted on the first request
+    once its backoff has passed."""
 
     def __init__(self, module: str, settings: dict[str, Any], what: str):
         self.module = module
@@ -56,6 +62,10 @@ class WorkerProcess:
         self.what = what  # names the child in errors: "the AdminClient process"
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self._started = 0.0  # monotonic time the running child started
+        self._deaths = 0  # deaths in a row: each doubles the wait before the next start
+        self._death = ""  # how the last child ended, while its successor waits out the backoff
+        self._restart_at = 0.0  # monotonic time the next child may start
         self.restarts = -1  # the first start is no restart
         self.last_cpu_seconds = 0.0  # what the child's last answer cost it (all its threads)
 
@@ -70,17 +80,39 @@ class WorkerProcess:
         assert process.stdin is not None
         process.stdin.write(_line(self.settings))
         process.stdin.flush()
+        self._started = time.monotonic()
+        self.restarts += 1
         return process
 
-    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """The child's answer to message within timeout seconds; WorkerError when it dies or hangs."""
+    def start(self) -> None:
+        """Start the child now unless one runs: a service begins before the first question about it."""
         with self._lock:
-            if self._process is not None and self._process.poll() is not None:
-                log.warning("%s %s since its last answer: starting a new one", self.what, _death(self._process.returncode))
-                self._process = None
             if self._process is None:
                 self._process = self._start()
-                self.restarts += 1
+
+    def _ended(self, how: str) -> str:
+        """Forget the child that ended `how`; the reason to give, naming when its successor starts."""
+        self._process = None
+        # A child that ran longer than the longest wait was not part of a crash loop: start over from the shortest.
+        self._deaths = 1 if time.monotonic() - self._started > MAX_BACKOFF else self._deaths + 1
+        delay = min(MAX_BACKOFF, RESTART_BACKOFF * 2 ** (self._deaths - 1))
+        self._restart_at = time.monotonic() + delay
+        self._death = f"{self.what} {how}"
+        return f"{self._death}; restarting in {delay:g} s"
+
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """The child's answer to message within timeout seconds; WorkerError when it dies, hangs or waits out its backoff."""
+        with self._lock:
+            if self._process is not None and (code := self._process.poll()) is not None:
+                self._kill(self._process)  # closes its pipes
+                reason = self._ended(f"{_death(code)} since its last answer")
+                log.warning("%s", reason)
+                raise WorkerError(reason)
+            if self._process is None:
+                left = self._restart_at - time.monotonic()
+                if left > 0:
+                    raise WorkerError(f"{self._death}; restarting in {math.ceil(left)} s")
+                self._process = self._start()
             process = self._process
             assert process.stdin is not None and process.stdout is not None
             try:
@@ -92,14 +124,13 @@ class WorkerProcess:
             if frame:
                 self.last_cpu_seconds, answer = frame
                 return answer
-            self._process = None  # said once here, not again on the next request
             if frame is None:
                 self._kill(process)
-                raise WorkerError(f"{self.what} did not answer within {timeout:g}s: stopped it, a new one starts next time")
+                raise WorkerError(self._ended(f"did not answer within {timeout:g}s, stopped it"))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(10)  # its stdout closed: it is exiting
             self._kill(process)
-            raise WorkerError(f"{self.what} {_death(process.returncode)}: a new one starts next time")
+            raise WorkerError(self._ended(_death(process.returncode)))
 
     def _kill(self, process: subprocess.Popen[bytes]) -> None:
         process.kill()

@@ -6,18 +6,25 @@ so any daemon learns who reports from describe_consumer_groups. When the reporte
 LeaveGroup) or stops heartbeating (session.timeout.ms), the group coordinator rebalances and partition 0 goes
 to another member. A daemon that cannot describe the group for a session timeout stops reporting: cut off
 from the cluster, it must assume the others have elected someone else.
+
+The Coordinator runs in its own process (`python -m kdiag.kafka.coordination`, a `CoordinatorProcess` in the daemon):
+librdkafka has aborted in its describe (rd_kafka_enq_once_del_source_return) while a fresh cluster answered
+NOT_COORDINATOR. Such a death costs the election only: the daemon does not report until a new process has joined.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
+import importlib
 import logging
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from kdiag.core.worker_process import WorkerError, WorkerProcess, serve
 from kdiag.kafka.client import ClientSettings, ErrorLog
 
 log = logging.getLogger(__name__)
@@ -30,6 +37,7 @@ DESCRIBE_EVERY = 2.0  # seconds between looks at who holds partition 0 (a third 
 DESCRIBE_TIMEOUT = 3.0
 RETRY_AFTER = 5.0  # seconds between attempts while the cluster does not answer
 CLIENT_ID_PREFIX = "kdiag/"
+ANSWER_TIMEOUT = 5.0  # seconds the daemon's cycle waits for the coordination process (it answers from memory)
 
 
 @dataclass(frozen=True)
@@ -216,3 +224,64 @@ class Coordinator:
             log.warning("coordination through %s failed (not reporting cluster-scope diagnoses): %s", self.bootstrap,
                         reason)
         self.problem = reason
+
+
+class CoordinatorProcess:
+    """The daemon's handle on the election, held by a Coordinator in its own process; while that process is dead
+    (or waits out its restart backoff) this daemon does not report and knows no reporter."""
+
+    def __init__(self, bootstrap: str, settings: ClientSettings, me: Member, topic: str, group: str,
+                 mode: str = "auto", timeout: float = 10.0):
+        self.me = me
+        self._reporting = Reporting(True, me) if mode == "always" else Reporting(False, None)
+        self.worker = None if mode == "always" else WorkerProcess(__name__, {
+            "bootstrap": bootstrap, "me": [me.host, me.broker_id], "topic": topic, "group": group, "mode": mode,
+            "timeout": timeout, "props": settings.props, "given": settings.given, "prefix": settings.prefix},
+            "the coordination process")
+
+    def start(self) -> None:
+        """Start the coordination process (none with cluster_scope: always); returns at once."""
+        if self.worker:
+            self.worker.start()
+
+    def poll(self) -> tuple[bool, str]:
+        """Ask the coordination process who reports now (kept for reporting()); (working, what is wrong)."""
+        assert self.worker is not None
+        try:
+            answer = self.worker.request({"reporting": True}, ANSWER_TIMEOUT)
+        except WorkerError as e:
+            self._reporting = Reporting(False, None)
+            return False, str(e)
+        reporter = answer["reporter"]
+        self._reporting = Reporting(answer["reporting"], Member(*reporter) if reporter else None)
+        return not answer["problem"], answer["problem"]
+
+    def reporting(self) -> Reporting:
+        """Whether this daemon reports, as of the last poll()."""
+        return self._reporting
+
+    def stop(self) -> None:
+        """Leave the group (the process's Coordinator closes its consumer) and end the process."""
+        if self.worker:
+            self.worker.close()
+
+
+def start(settings: dict[str, Any]) -> Any:
+    """The request handler of the coordination process: its Coordinator's thread runs the election here."""
+    client = ClientSettings(props=settings["props"], given=settings["given"], prefix=settings["prefix"])
+    coordinator = Coordinator(settings["bootstrap"], client, Member(*settings["me"]), settings["topic"],
+                              settings["group"], settings["mode"], settings["timeout"])
+    coordinator.start()
+    atexit.register(coordinator.stop)  # stdin closed: the daemon stops, and LeaveGroup hands partition 0 over at once
+
+    def handle(_request: dict[str, Any]) -> dict[str, Any]:
+        now = coordinator.reporting()
+        reporter = [now.reporter.host, now.reporter.broker_id] if now.reporter else None
+        return {"reporting": now.reporting, "reporter": reporter, "problem": coordinator.problem}
+
+    return handle
+
+
+if __name__ == "__main__":
+    # The handler of the module imported by its name, whose log lines then say kdiag.kafka.coordination, not __main__.
+    serve(importlib.import_module(__spec__.name).start)

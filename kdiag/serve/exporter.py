@@ -181,9 +181,10 @@ def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[s
 class StateCollector:
     """A prometheus_client collector over one published State's health and diagnoses (samples: FamilyCache)."""
 
-    def __init__(self, state: State, dropped_total: float = 0.0):
+    def __init__(self, state: State, dropped_total: float = 0.0, interval: float = 0.0):
         self.state = state
         self.dropped_total = dropped_total
+        self.interval = interval  # seconds between cycles; 0 when unknown
 
     def collect(self):
         """Collector health, the series the cap dropped, and diagnoses, as metric families."""
@@ -211,13 +212,19 @@ class StateCollector:
         cycle = ExportedMetric("kdiag_last_cycle_timestamp_seconds",
                                "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
+        families = [success, duration, last, error, cycle]
+        if self.interval:
+            # The liveness alert's yardstick (kdiag-alerts.yml, KdiagStale): a snapshot older than three is stale.
+            every = ExportedMetric("kdiag_cycle_interval_seconds", "seconds between kdiag's cycles (`interval`)", "gauge")
+            every.add_sample("kdiag_cycle_interval_seconds", {}, self.interval)
+            families.append(every)
         info = ExportedMetric("kdiag_build_info", "kdiag version", "gauge")
         info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
         reporting = ExportedMetric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
                                    "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
         reporting.add_sample("kdiag_cluster_reporting", {"cluster": self.state.cluster} if self.state.cluster else {},
                              float(self.state.reporting.reporting))
-        return [success, duration, last, error, cycle, info, reporting]
+        return [*families, info, reporting]
 
     def _diagnoses(self):
         active = ExportedMetric("kdiag_diagnosis_active",
@@ -245,11 +252,11 @@ def failing_lines(state: State) -> bytes:
 
 
 def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
-                   dropped_total: float = 0.0) -> bytes:
+                   dropped_total: float = 0.0, interval: float = 0.0) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
     cache = cache or FamilyCache()
     samples = cache.render(state.sources or [state.samples], help_text, state.cluster)
-    own = cache.render_families(StateCollector(state, dropped_total).collect())
+    own = cache.render_families(StateCollector(state, dropped_total, interval).collect())
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -259,7 +266,7 @@ def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache |
 class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
-    def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000):
+    def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000, interval: float = 0.0):
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
@@ -267,6 +274,7 @@ class Published:
         self.ready = False
         # /healthz turns 503 when no cycle completed for this long.
         self.stale_after = stale_after
+        self.interval = interval  # exported as kdiag_cycle_interval_seconds
         self.completed = time.monotonic()
         self.max_kafka_series = max_kafka_series
         self.dropped_total = 0.0
@@ -283,7 +291,7 @@ class Published:
                             "dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
             self.dropped_total += dropped
             state = dataclasses.replace(state, samples=samples, sources=[samples])
-        metrics = render_metrics(state, help_text, self._families, self.dropped_total)
+        metrics = render_metrics(state, help_text, self._families, self.dropped_total, self.interval)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = json.dumps(state.to_json()).encode()
         self.failing = failing_lines(state)
