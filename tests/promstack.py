@@ -1,6 +1,6 @@
 """Real kdiag, Prometheus and Alertmanager processes on loopback ports, for the dashboard and alerting tests.
 
-CI starts one Prometheus and one Alertmanager before the tests (`python3 tests/promstack.py up DIR`, which
+scripts/test starts one Prometheus and one Alertmanager before the kafka tier (`python3 tests/promstack.py up DIR`, which
 prints the KDIAG_SERVICES setting); the tests then register their kdiag targets, rule files and Alertmanager
 config there and reload. Without KDIAG_SERVICES each test session starts its own processes.
 """
@@ -24,9 +24,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from waiting import wait_until
+
+import services
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDINGS = ROOT / "tests" / "recordings"
@@ -35,13 +36,10 @@ SERVICES = "services.json"
 
 
 def binary(name: str) -> str:
-    """Path of a Debian-packaged binary; skips (fails under KDIAG_REQUIRE_E2E=1) when it is not installed."""
+    """Path of a Debian-packaged binary; skips (fails under --require-services) when it is not installed."""
     path = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
     if path is None:
-        reason = f"{name} is not installed: {INSTALL}"
-        if os.environ.get("KDIAG_REQUIRE_E2E") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        services.unavailable(f"{name} is not installed: {INSTALL}")
     return path
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kdiag.collectors import Collector
 from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
 from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.config.settings import ConfigError, load_config
@@ -86,6 +87,7 @@ def test_bad_filter_config_names_the_key(tmp_path, text, message):
         load_config(path)
 
 
+@pytest.mark.integration
 def test_bad_regex_stops_kdiag_run_with_one_line(tmp_path):
     path = tmp_path / "kdiag.yaml"
     path.write_text("kafka: {bootstrap_servers: '127.0.0.1:1', partition_series: {ignore: ['*']}}\n")
@@ -135,6 +137,7 @@ def state_of(samples: list[Sample]) -> State:
     return State("testhost", 1000.0, samples, {}, {}, [])
 
 
+@pytest.mark.integration
 def test_published_caps_metrics_and_counts_drops_but_the_state_keeps_everything():
     published = Published(max_kafka_series=3)
     state = state_of(kafka_samples())
@@ -150,6 +153,7 @@ def test_published_caps_metrics_and_counts_drops_but_the_state_keeps_everything(
     assert fams["kdiag_series_dropped"].type == "counter"
 
 
+@pytest.mark.integration
 def test_uncapped_exports_a_zero_drop_counter():
     published = Published()
     published.publish(state_of(kafka_samples()), {})
@@ -159,6 +163,7 @@ def test_uncapped_exports_a_zero_drop_counter():
 # --- render cache, engine memo, stretched period ----------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_family_cache_renders_what_a_fresh_render_does_and_follows_changes():
     cache = FamilyCache()
     help_text = {"kdiag_kafka_topic_partitions": "Partitions of the topic."}
@@ -219,7 +224,7 @@ def test_engine_reevaluates_a_subject_only_when_its_inputs_change(tmp_path):
     assert [d.subject for d in engine.resolved] == ["a"]
 
 
-class SlowCollector:
+class SlowCollector(Collector):
     """Takes `seconds` per collect, as a big cluster's admin fetch does: asleep, busy (`busy`), or in a child process
     (`child_cpu_seconds`, as KafkaAdminCollector reports its AdminClient process's)."""
 

@@ -145,6 +145,7 @@ def get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
+@pytest.mark.integration
 def test_run_from_recording_serves_and_stops_on_sigterm(swapping):
     port = free_port()
     proc = kdiag("run", "--from", str(swapping), "--listen", f"127.0.0.1:{port}")
@@ -182,6 +183,7 @@ def test_run_from_recording_serves_and_stops_on_sigterm(swapping):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
 
+@pytest.mark.integration
 def test_run_with_broken_rules_exits_1_before_serving(swapping):
     port = free_port()
     rules = FIXTURES / "rules" / "cel_syntax.yaml"
@@ -197,6 +199,7 @@ def test_run_with_broken_rules_exits_1_before_serving(swapping):
     assert "serving" not in out
 
 
+@pytest.mark.integration
 def test_run_with_bad_config_exits_2(tmp_path):
     config = tmp_path / "kdiag.yaml"
     config.write_text("processes:\n  top_n: many\n")

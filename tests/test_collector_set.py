@@ -6,12 +6,13 @@ import threading
 
 from waiting import wait_until
 
+from kdiag.collectors import Collector
 from kdiag.runtime.pipeline import CollectorSet
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, sample
 
 
-class Counting:
+class Counting(Collector):
     """A collector that returns one sample, or blocks while `gate` is closed."""
 
     def __init__(self, name: str):
@@ -49,3 +50,24 @@ def test_a_hung_run_keeps_its_thread_the_others_go_on_and_it_comes_back_when_it_
     hung.gate.set()
     wait_until(lambda: len(collectors.run(Root())) == 2, 30, "the hung collector back once its run ended")
     wait_until(lambda: workers() == before + 1, 30, "the hung run's thread gone")
+
+
+def test_a_collector_gets_the_optional_parts_from_the_protocol():
+    plain = Counting("plain")
+    assert (plain.ready(), plain.close(), plain.child_cpu_seconds) == (True, None, 0.0)
+
+
+def test_the_set_closes_every_collector_and_counts_a_childs_cpu():
+    closed: list[str] = []
+
+    class WithChild(Counting):
+        child_cpu_seconds = 2.5
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    collectors = CollectorSet([WithChild("child"), Counting("plain")])
+    collectors.run(Root())
+    assert collectors.health["child"].cpu >= 2.5 > collectors.health["plain"].cpu
+    collectors.close()
+    assert closed == ["child"]

@@ -121,6 +121,7 @@ def test_drills_refuse_a_cluster_too_small_or_not_the_lab():
     assert assignment(one, 2) == [[1], [1]]
 
 
+@pytest.mark.integration
 def test_unknown_drills_and_no_drills_are_usage_errors():
     bad = kdiag("drill", "run", "nosuch")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
@@ -131,6 +132,7 @@ def test_unknown_drills_and_no_drills_are_usage_errors():
     assert "probe-loss             probe_messages_lost,broker_down" in listed.stdout
 
 
+@pytest.mark.integration
 def test_diagnose_html_needs_a_recording_and_an_output():
     out = kdiag("diagnose", "--format", "html")
     assert out.returncode == 2 and "needs --from RECORDING and -o PATH" in out.stderr
@@ -152,6 +154,7 @@ def chromium_check(page: Path, tmp_path: Path) -> str:
     return dumped.stdout
 
 
+@pytest.mark.integration
 def test_replay_drills_detect_their_host_fault_and_the_html_shows_a_timeline_each(tmp_path, monkeypatch):
     page = tmp_path / "drills.html"
     monkeypatch.setenv("KDIAG_LAB_DIR", str(tmp_path / "no-lab"))  # replays need no cluster: none is started
@@ -169,6 +172,7 @@ def test_replay_drills_detect_their_host_fault_and_the_html_shows_a_timeline_eac
     assert dom.count('class="state firing"') >= 2 and dom.count('class="signal"') >= 4
 
 
+@pytest.mark.integration
 def test_diagnose_html_of_a_recording_plots_each_diagnosis_evidence(tmp_path):
     page = tmp_path / "rec.html"
     run = kdiag("diagnose", "--from", str(RECORDINGS / "foreign-io-scanner"), "--format", "html", "-o", str(page))

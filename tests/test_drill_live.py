@@ -1,15 +1,14 @@
 """`kdiag drill run` through the real CLI against the lab: detection, no false attribution, the cluster whole after.
 
-Drills that stop brokers or set cluster-wide configs run only with KDIAG_DRILLS=1: point KDIAG_LAB_DIR at a lab of
-your own (`KDIAG_LAB_DIR=/tmp/lab-drills kdiag lab up --brokers 3 --base-port 23092`), never a shared one.
-`kdiag drill run --all` (KDIAG_DRILLS_ALL=1, which scripts/test and CI set) is the live proof of the Kafka rules the
+The `drills` tier (`pytest -m drills`). Drills that stop brokers or set cluster-wide configs run only with `--own-lab`:
+point KDIAG_LAB_DIR at a lab of your own (`KDIAG_LAB_DIR=/tmp/lab-drills kdiag lab up --brokers 3 --base-port 23092`),
+never a shared one. `kdiag drill run --all` is the live proof of the Kafka rules the
 drills make: each drill's detection, its evidence checks, no false attribution, the revert, and the cluster after.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,10 +21,9 @@ from waiting import wait_until
 
 from kdiag.tools.lab import lab
 
-pytestmark = pytest.mark.kafka
-BREAKING_ALLOWED = os.environ.get("KDIAG_DRILLS") == "1"
-breaking = pytest.mark.skipif(not BREAKING_ALLOWED,
-                              reason="stops brokers or sets cluster-wide configs: KDIAG_DRILLS=1 on a lab of your own")
+pytestmark = pytest.mark.drills
+breaking = pytest.mark.skipif("not config.getoption('own_lab')",
+                              reason="stops brokers or sets cluster-wide configs: --own-lab, on a lab of your own")
 # The drills that stop brokers or set cluster-wide configs.
 BREAKING = {"forced-fsync-broker", "broker-kill", "broker-freeze", "follower-stopped", "probe-loss"}
 
@@ -141,21 +139,21 @@ def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name,
     assert not cluster_whole(cluster), cluster_whole(cluster)
 
 
-@pytest.mark.skipif(os.environ.get("KDIAG_DRILLS_ALL") != "1", reason="every drill: about 11 minutes (KDIAG_DRILLS_ALL=1)")
-def test_every_drill_is_diagnosed_alerted_and_reverted_and_leaves_the_cluster_whole(cluster, tmp_path):
+def test_every_drill_is_diagnosed_alerted_and_reverted_and_leaves_the_cluster_whole(cluster, tmp_path, pytestconfig):
     from promstack import Shared, Stack
 
     from kdiag.tools.drill.catalog import DRILLS
 
-    # `kdiag drill run --all`; without KDIAG_DRILLS=1 (a shared lab), the drills that neither stop brokers nor set
-    # cluster-wide configs.
-    names = [d.name for d in DRILLS if not d.replay and (BREAKING_ALLOWED or d.name not in BREAKING)]
+    # `kdiag drill run --all` (about 11 minutes); without --own-lab (a shared lab), the drills that neither stop
+    # brokers nor set cluster-wide configs.
+    breaking_allowed = pytestconfig.getoption("own_lab")
+    names = [d.name for d in DRILLS if not d.replay and (breaking_allowed or d.name not in BREAKING)]
     shared = Shared.from_env()
     stack = None if shared else Stack(tmp_path)
     try:
         url = shared.alertmanager if shared else stack.alertmanager(
             {"route": {"receiver": "none"}, "receivers": [{"name": "none"}]})
-        results = drill(*(["--all"] if BREAKING_ALLOWED else names), "--alertmanager", url,
+        results = drill(*(["--all"] if breaking_allowed else names), "--alertmanager", url,
                         "--html", str(tmp_path / "drills.html"), timeout=2400)
     finally:
         if stack:

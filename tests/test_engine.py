@@ -352,6 +352,7 @@ def test_wrong_types_are_errors_with_positions(tmp_path, old, new, error, capsys
     assert "rules OK" not in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_daemon_refuses_a_rule_of_the_wrong_type_at_startup(tmp_path):
     rules = tmp_path / "rules.yaml"
     rules.write_text(NIC_RULE.replace("when: it.rx_packets_per_second > 1000.0 && host.cpu_count >= 2.0", "when: 5"))

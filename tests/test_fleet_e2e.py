@@ -26,7 +26,7 @@ from waiting import wait_until
 
 from kdiag.tools.drill.faults import keyed_load
 
-pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+pytestmark = pytest.mark.e2e
 INTERVAL = 5.0  # the daemons' default cycle; the handover is judged in cycles
 LAST_CYCLE = "kdiag_last_cycle_timestamp_seconds"
 

@@ -70,6 +70,7 @@ def write(path: Path, content: str | bytes) -> Path:
 # --- #4 alias bombs, through the real command -------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_alias_bomb_in_a_rule_when_is_refused(tmp_path):
     rules = write(tmp_path / "bomb.yaml", RULE.replace("when: it.cpu_count > 0", f"when: {bomb()}"))
     assert len(rules.read_bytes()) < 500
@@ -77,6 +78,7 @@ def test_alias_bomb_in_a_rule_when_is_refused(tmp_path):
              f"{rules}:5:10: YAML: anchors and aliases (&name, *name) are not accepted: write the value out")
 
 
+@pytest.mark.integration
 def test_alias_bomb_in_the_config_interval_is_refused_at_startup(tmp_path):
     config = write(tmp_path / "kdiag.yaml", f"interval: {bomb()}\n")
     one_line(kdiag("run", "--config", str(config), "--listen", free_listen()), 2,
@@ -106,6 +108,7 @@ BAD_FILES = [
 
 
 @pytest.mark.parametrize(("name", "content", "line", "column", "message"), BAD_FILES, ids=[b[0] for b in BAD_FILES])
+@pytest.mark.integration
 def test_bad_config_file_is_one_line_with_its_position(tmp_path, name, content, line, column, message):
     config = write(tmp_path / f"{name}.yaml", content)
     one_line(kdiag("run", "--config", str(config), "--listen", free_listen()), 2, f"{config}:{line}:{column}: {message}")
@@ -119,11 +122,13 @@ def test_bad_rule_file_is_one_error_with_its_position(tmp_path, name, content, l
     assert str(info.value) == f"{rules}:{line}:{column}: {message}"
 
 
+@pytest.mark.integration
 def test_binary_rule_file_through_rules_check(tmp_path):
     rules = write(tmp_path / "bin.yaml", b"\x00\x01\x02" + bytes(range(128, 256)))
     one_line(kdiag("rules", "check", "--rules-dir", str(rules)), 1, f"{rules}:1:4: not UTF-8 text (byte 0x80)")
 
 
+@pytest.mark.integration
 def test_fifo_as_config_does_not_block(tmp_path):
     fifo = tmp_path / "kdiag.yaml"
     os.mkfifo(fifo)
@@ -131,6 +136,7 @@ def test_fifo_as_config_does_not_block(tmp_path):
              f"{fifo}: cannot read: a FIFO, not a regular file")
 
 
+@pytest.mark.integration
 def test_fifo_and_directory_in_a_rules_dir(tmp_path):
     os.mkfifo(tmp_path / "a.yaml")
     (tmp_path / "b.yaml").mkdir()
@@ -140,6 +146,7 @@ def test_fifo_and_directory_in_a_rules_dir(tmp_path):
     assert f"{tmp_path / 'b.yaml'}: cannot read: a directory, not a regular file\n" in result.stderr
 
 
+@pytest.mark.integration
 def test_rules_dir_that_does_not_exist():
     one_line(kdiag("rules", "check", "--rules-dir", "/nonexistent"), 1,
              "/nonexistent: cannot read: No such file or directory")
@@ -166,12 +173,14 @@ def test_the_shipped_files_and_plain_yaml_still_load(tmp_path):
 # --- error messages quote at most ~80 characters of any value --------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_a_megabyte_listen_gives_a_short_line(tmp_path):
     config = write(tmp_path / "kdiag.yaml", "listen: " + "x" * 1_000_000 + ":9745\n")
     result = kdiag("run", "--config", str(config))
     one_line(result, 2, f"{config}: listen: '{'x' * 36}... is 1000005 characters long (at most 4096)")
 
 
+@pytest.mark.integration
 def test_a_megabyte_rule_id_and_a_long_key_give_short_lines(tmp_path):
     # YAML keys stop at 1024 characters; values do not.
     rules = write(tmp_path / "long.yaml", RULE.replace("- id: t", f"- id: {'i' * 1_000_000}").replace(
@@ -205,6 +214,7 @@ def test_quote_is_bounded_whatever_the_value():
 # --- CEL: a condition the library cannot survive is refused before it is compiled ------------------------------------
 
 
+@pytest.mark.integration
 def test_an_oversized_condition_is_refused_not_compiled(tmp_path):
     # 30000 `1 + ` made the CEL library crash the process with SIGSEGV (~120 KB, well inside the file bound).
     rules = write(tmp_path / "cel.yaml", RULE.replace("it.cpu_count > 0", "1 + " * 30000 + "1 > 0"))

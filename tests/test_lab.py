@@ -1,9 +1,8 @@
-"""Tests of `kdiag lab` against real Kafka JVMs (run with KDIAG_LAB=1)."""
+"""Tests of `kdiag lab` against real Kafka JVMs (the kafka tier)."""
 
 import argparse
 import contextlib
 import io
-import os
 import re
 import socket
 from pathlib import Path
@@ -18,10 +17,7 @@ from kdiag.tools.lab import cli as lab_cli
 from kdiag.tools.lab import nodes as lab_nodes
 from kdiag.config.settings import load_config
 
-pytestmark = [
-    pytest.mark.kafka,
-    pytest.mark.skipif(os.environ.get("KDIAG_LAB") != "1", reason="set KDIAG_LAB=1 to start Kafka JVMs"),
-]
+pytestmark = pytest.mark.kafka
 
 
 def run(*argv: str) -> tuple[int, str]:

@@ -18,6 +18,7 @@ def sasl_ssl_dir(tmp_path_factory):
     return d
 
 
+@pytest.mark.integration
 def test_secrets_are_private_and_the_certificate_serves_127_0_0_1(sasl_ssl_dir):
     s = lab_security.secrets_dir(sasl_ssl_dir)
     assert stat.S_IMODE(s.stat().st_mode) == 0o700
@@ -63,4 +64,4 @@ def test_missing_openssl_is_one_line_with_an_install_hint(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(LabError, match=r"^openssl not found: .*apt-get install openssl\)$") as e:
         lab_security.prepare(tmp_path, "ssl")
-    assert e.value.code == 2
+    assert e.value.exit_code == 2

@@ -1,6 +1,5 @@
-"""Tests of `kdiag lab up --security` against real Kafka JVMs (run with KDIAG_LAB=1)."""
+"""Tests of `kdiag lab up --security` against real Kafka JVMs (the kafka tier)."""
 
-import os
 import socket
 import stat
 import struct
@@ -17,10 +16,7 @@ from test_lab import kafka_running, run
 from kdiag.tools.lab import lab
 from kdiag.tools.lab.jars import jars_ok
 
-pytestmark = [
-    pytest.mark.kafka,
-    pytest.mark.skipif(os.environ.get("KDIAG_LAB") != "1", reason="set KDIAG_LAB=1 to start Kafka JVMs"),
-]
+pytestmark = pytest.mark.kafka
 
 BASE = 29092
 

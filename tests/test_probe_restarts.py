@@ -1,4 +1,4 @@
-"""Probe truth through broker restarts, on a 3-broker lab of its own (run with KDIAG_LAB=1).
+"""Probe truth through broker restarts, on a 3-broker lab of its own (the kafka tier).
 
 A rolling restart at acks=all loses nothing, nor does a leader killed outright (its messages are late, not lost);
 an acks=1 leader killed while its followers were frozen (so it acked what nobody replicated) loses messages, and
@@ -20,10 +20,7 @@ from kdiag.probe.probe import ProbeService
 from kdiag.config.probe import ProbeConfig
 from waiting import wait_until
 
-pytestmark = [
-    pytest.mark.kafka,
-    pytest.mark.skipif(os.environ.get("KDIAG_LAB") != "1", reason="set KDIAG_LAB=1 to start Kafka JVMs"),
-]
+pytestmark = pytest.mark.kafka
 
 BASE_PORT = 19092
 BROKERS = ("1", "2", "3")

@@ -88,6 +88,7 @@ def test_contract_files_are_copied(live):
         assert (out / snap / "sys" / "class" / "net").is_dir()
 
 
+@pytest.mark.integration
 def test_live_copies_parse_like_the_live_files(live):
     out, _, _ = live
     # Counters move between reads; the structure of a verbatim copy does not.
@@ -98,6 +99,7 @@ def test_live_copies_parse_like_the_live_files(live):
     assert (out / "0000" / "proc" / "sys/vm/swappiness").read_text() == Path("/proc/sys/vm/swappiness").read_text()
 
 
+@pytest.mark.integration
 def test_sysfs_symlinks_preserved_and_read_back_identically(live):
     out, _, _ = live
     live_root = Root()
@@ -232,6 +234,7 @@ def test_record_writes_tar_gz(tmp_path):
         rec.close()
 
 
+@pytest.mark.integration
 def test_snapshot_missing_a_file_only_fails_that_collector(tmp_path, live):
     src, _, _ = live
     d = tmp_path / "rec"

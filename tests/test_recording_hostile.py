@@ -76,6 +76,7 @@ def refused(path: Path, *fragments: str, tmpdir: Path | None = None, capsys=None
     return err
 
 
+@pytest.mark.integration
 def test_hard_link_member_does_not_rewrite_the_file_it_names(rec: Path, tmp_path: Path) -> None:
     victim = tmp_path / "victim.txt"
     victim.write_text("original\n")
@@ -86,6 +87,7 @@ def test_hard_link_member_does_not_rewrite_the_file_it_names(rec: Path, tmp_path
 
 
 @pytest.mark.parametrize("target", ["/etc/passwd", "../../../../../../../../../../../../etc/passwd"])
+@pytest.mark.integration
 def test_symlink_to_a_host_file_is_refused_in_a_tar(rec: Path, target: str) -> None:
     (rec / "0001" / "proc" / "loadavg").unlink()
     archive = tar_of(rec, member("rec/0001/proc/loadavg", tarfile.SYMTYPE, link=target))
@@ -93,6 +95,7 @@ def test_symlink_to_a_host_file_is_refused_in_a_tar(rec: Path, target: str) -> N
 
 
 @pytest.mark.parametrize("target", ["/etc/passwd", "../../../../../../../../../../../../etc/passwd"])
+@pytest.mark.integration
 def test_symlink_to_a_host_file_is_refused_in_a_directory(rec: Path, target: str) -> None:
     (rec / "0001" / "proc" / "loadavg").unlink()
     (rec / "0001" / "proc" / "loadavg").symlink_to(target)
@@ -100,6 +103,7 @@ def test_symlink_to_a_host_file_is_refused_in_a_directory(rec: Path, target: str
 
 
 @pytest.mark.parametrize("form", ["dir", "tar"])
+@pytest.mark.integration
 def test_link_chain_that_looks_inside_but_leads_out_is_refused(rec: Path, form: str) -> None:
     # deep/k leads back to the snapshot's top, so climbing from it leaves the snapshot though the text stays inside.
     deep = rec / "0001" / "sys" / Path(*[f"d{i}" for i in range(30)])
@@ -111,6 +115,7 @@ def test_link_chain_that_looks_inside_but_leads_out_is_refused(rec: Path, form: 
 
 
 @pytest.mark.parametrize("form", ["dir", "tar"])
+@pytest.mark.integration
 def test_fifo_never_blocks(rec: Path, form: str) -> None:
     (rec / "0001" / "proc" / "loadavg").unlink()
     if form == "dir":
@@ -121,11 +126,13 @@ def test_fifo_never_blocks(rec: Path, form: str) -> None:
                 "member 'rec/0001/proc/loadavg' is a FIFO")
 
 
+@pytest.mark.integration
 def test_device_node_member_is_refused(rec: Path) -> None:
     (rec / "0001" / "proc" / "meminfo").unlink()
     refused(tar_of(rec, member("rec/0001/proc/meminfo", tarfile.CHRTYPE)), "member 'rec/0001/proc/meminfo' is a device node")
 
 
+@pytest.mark.integration
 def test_device_node_in_a_directory_is_refused(rec: Path) -> None:
     (rec / "0001" / "proc" / "meminfo").unlink()
     try:
@@ -151,6 +158,7 @@ class Zeros(io.RawIOBase):
         return n
 
 
+@pytest.mark.integration
 def test_file_over_the_bound_is_refused_before_it_is_read(rec: Path) -> None:
     (rec / "0001" / "proc" / "meminfo").unlink()
     archive = rec.parent / "big.tar.gz"
@@ -166,6 +174,7 @@ def test_file_over_the_bound_is_refused_before_it_is_read(rec: Path) -> None:
     refused(rec, f"{rec}/0001/proc/meminfo: larger than {MAX_FILE_BYTES} bytes")
 
 
+@pytest.mark.integration
 def test_hard_link_inside_a_directory_recording_is_refused(rec: Path, tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("not for the report\n")
@@ -181,6 +190,7 @@ def test_hard_link_inside_a_directory_recording_is_refused(rec: Path, tmp_path: 
     ([member("rec/0000/lnk", tarfile.SYMTYPE, link="proc"), member("rec/0000/lnk/escaped", data=b"x")],
      "member 'rec/0000/lnk/escaped' is inside 'rec/0000/lnk', which is not a directory"),
 ])
+@pytest.mark.integration
 def test_member_paths_that_could_write_elsewhere_are_refused(rec: Path, tmp_path: Path, extra, problem: str) -> None:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -191,6 +201,7 @@ def test_member_paths_that_could_write_elsewhere_are_refused(rec: Path, tmp_path
     assert list(tmpdir.iterdir()) == []  # the extraction directory is removed
 
 
+@pytest.mark.integration
 def test_truncated_tar_gz_is_one_line_at_any_cut(rec: Path, tmp_path: Path) -> None:
     whole = tar_of(rec).read_bytes()
     cut = tmp_path / "cut.tar.gz"
@@ -222,6 +233,7 @@ def test_bad_manifest_is_one_line_naming_the_field(rec: Path, manifest: str, pro
     refused(rec, f"{rec / 'manifest.json'}: {problem}", capsys=capsys)
 
 
+@pytest.mark.integration
 def test_run_from_a_negative_interval_exits_instead_of_spinning(rec: Path) -> None:
     (rec / "manifest.json").write_text('{"format": "kdiag-recording", "version": 1, "interval_s": -5}')
     result = kdiag("run", "--from", str(rec), "--listen", "127.0.0.1:9", timeout=60)
@@ -234,6 +246,7 @@ def test_bad_snapshot_time_is_one_line_naming_meta_json(rec: Path, time: str, ca
     refused(rec, f'{rec / "0001" / "meta.json"}: expected {{"time": <epoch seconds>}}', capsys=capsys)
 
 
+@pytest.mark.integration
 def test_deeply_nested_kafka_json_fails_only_that_snapshots_kafka_collectors(rec: Path) -> None:
     admin = json.loads(ADMIN_STATE.read_text())
     (rec / "0000" / "kafka.json").write_text(json.dumps({"version": 1, "sources": {"admin": admin}}))
@@ -266,6 +279,7 @@ def test_snapshot_root_reads_nothing_outside_even_when_planted_after_the_check(r
         root.read("proc", "2000/cwd/etc/passwd")
 
 
+@pytest.mark.integration
 def test_a_huge_malformed_line_gives_a_short_error(rec: Path) -> None:
     (rec / "0001" / "proc" / "meminfo").write_text("x" * 5_000_000 + "\n")
     result = kdiag("diagnose", "--from", str(rec))
@@ -293,12 +307,14 @@ def interrupted(argv: list[str], ready: str, tmpdir: Path) -> subprocess.Complet
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+@pytest.mark.integration
 def test_ctrl_c_in_diagnose_exits_130_with_one_line(tmp_path: Path) -> None:
     result = interrupted(["diagnose", "--duration", "600s", "--step", "1s"], "sampling", tmp_path)
     assert result.returncode == 130 and result.stderr == "kdiag: interrupted\n"
 
 
 @pytest.mark.parametrize("output", ["out", "out.tar.gz"])
+@pytest.mark.integration
 def test_ctrl_c_in_record_keeps_the_snapshots_taken_and_no_temp_dir(tmp_path: Path, output: str) -> None:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -317,6 +333,7 @@ def test_ctrl_c_in_record_keeps_the_snapshots_taken_and_no_temp_dir(tmp_path: Pa
         recording.close()
 
 
+@pytest.mark.integration
 def test_record_never_overwrites_an_archive(tmp_path: Path) -> None:
     existing = tmp_path / "existing.tar.gz"
     existing.write_bytes(b"keep me")
@@ -327,6 +344,7 @@ def test_record_never_overwrites_an_archive(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv", [["diagnose", "--step", "0s"], ["record", "-o", "x", "--interval", "0.0001s"]])
+@pytest.mark.integration
 def test_zero_or_tiny_steps_are_usage_errors(argv: list[str]) -> None:
     result = kdiag(*argv)
     assert result.returncode == 2 and "is not a duration from 0.1s to 3600s" in result.stderr

@@ -47,7 +47,7 @@ CLIENT_EXT = "extendedKeyUsage=clientAuth"
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
     """A CA with a server and a client certificate, and an untrusted CA with its own client certificate."""
-    binary("openssl")  # skips (fails under KDIAG_REQUIRE_E2E=1) when it is missing
+    binary("openssl")  # skips (fails under --require-services) when it is missing
     d = tmp_path_factory.mktemp("certs")
     make_ca(d, "ca")
     make_ca(d, "rogue-ca")
@@ -73,7 +73,7 @@ class Kdiag:
     def __init__(self, workdir: Path, *args: str, nofile: int | None = None, ca: Path | None = None,
                  client: tuple[str, ...] = (), source: tuple[str, ...] = ("--from", str(RECORDING)),
                  host: str = "127.0.0.1"):
-        self.curl_binary = binary("curl")  # skips (fails under KDIAG_REQUIRE_E2E=1) when curl is missing
+        self.curl_binary = binary("curl")  # skips (fails under --require-services) when curl is missing
         self.port = free_port()
         self.host = host
         self.log = workdir / f"kdiag-{self.port}.log"

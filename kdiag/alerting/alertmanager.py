@@ -102,7 +102,8 @@ class AlertPusher:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        delay, retry_at, next_resend, told = 0.0, 0.0, 0.0, frozenset()
+        told: frozenset[Key] = frozenset()
+        delay, retry_at, next_resend = 0.0, 0.0, 0.0
         while not self._stopping.is_set():
             self._wake.clear()
             with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -151,7 +152,7 @@ def ordered(rules: list[Rule]) -> list[Rule]:
 
 KDIAG_JOBS = 'job=~"kdiag.*"'
 LIVENESS_FOR = "1m"  # one failed scrape or one slow cycle is not yet an outage
-LIVENESS_ALERTS = [{
+LIVENESS_ALERTS: list[dict[str, Any]] = [{
     "alert": "KdiagDown",
     "expr": f"up{{{KDIAG_JOBS}}} == 0",
     "for": LIVENESS_FOR,

@@ -5,17 +5,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import cel
 import yaml
 
 from kdiag.core import yamlsafe
+from kdiag.core.errors import KdiagError
 from kdiag.core.quote import cut, quote
 from kdiag.core.units import parse_duration
 from kdiag.analysis.subject_kinds import SUBJECT_KINDS
 
-KINDS = ("cause", "symptom", "lint")
+RuleKind = Literal["cause", "symptom", "lint"]
+KINDS: tuple[RuleKind, ...] = get_args(RuleKind)
 SEVERITIES = ("info", "warning", "critical")
 SCOPES = ("host", "cluster")
 # A rule's scope when it names none: facts every daemon of a cluster sees alike are the cluster's; the rest
@@ -57,12 +59,16 @@ class RuleError:
         return f"{where}: rule {quote(self.rule)}: {self.message}" if self.rule else f"{where}: {self.message}"
 
 
-class CatalogError(Exception):
+class CatalogError(KdiagError):
     """A rule catalog that cannot be used, with every problem found."""
 
     def __init__(self, errors: list[RuleError]):
-        super().__init__("\n".join(map(str, errors)))
+        super().__init__("\n".join(map(str, errors)), exit_code=1)
         self.errors = errors
+
+    def report(self) -> str:
+        """The count of problems, then one line per problem."""
+        return f"the rule catalog has {len(self.errors)} error(s):\n{self}"
 
 
 @dataclass
@@ -70,7 +76,7 @@ class Rule:
     """One compiled rule."""
 
     id: str
-    kind: str
+    kind: RuleKind
     severity: str
     each: str
     when: str
@@ -189,7 +195,7 @@ class _Loader:
         if len(self.errors) > before:
             return None
         program = self.condition(nodes["when"], rid, data["each"], data["when"])
-        evidence = self.evidence(nodes.get("evidence"), rid, data["each"], data.get("evidence") or [])
+        evidence = self.evidence(nodes.get("evidence", node), rid, data["each"], data.get("evidence") or [])
         for var, name, offset in ((m.group(1), m.group(2), m.start()) for m in TEMPLATE_FIELD.finditer(data["summary"])):
             if problem := check_reference(data["each"], var, name):
                 self.error(nodes["summary"], rid, f"summary: {problem}", offset)
@@ -201,7 +207,7 @@ class _Loader:
                     explains=data.get("explains") or [], file=str(self.path),
                     line=node.start_mark.line + 1, scope=data.get("scope") or default_scope(data["each"]))
 
-    def check_types(self, data: dict, nodes: dict[str, yaml.Node], rid: str) -> None:
+    def check_types(self, data: dict[str, Any], nodes: dict[str, yaml.Node], rid: str) -> None:
         """Text where text is expected, lists of text for evidence and explains, a bounded condition."""
         for key in TEXT_KEYS:
             if not isinstance(data[key], str):
@@ -230,7 +236,7 @@ class _Loader:
                 self.error(node, rid, f"when: {problem}", offset)
         return program
 
-    def evidence(self, node: yaml.Node | None, rid: str, each: str, items: list) -> list[tuple[str, str]]:
+    def evidence(self, node: yaml.Node, rid: str, each: str, items: list[Any]) -> list[tuple[str, str]]:
         out = []
         for item in items:
             var, _, name = str(item).partition(".")

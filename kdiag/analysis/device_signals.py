@@ -92,7 +92,8 @@ def filesystem_space(history: History) -> dict[str, tuple[float, float, float | 
             continue
         change = series_change(points, FILL_SECONDS)
         filling = change is not None and change[0] < 0 and change[1] > 0
-        out[mountpoint] = (avail / sizes[mountpoint], avail, avail / (-change[0] / change[1]) if filling else None)
+        until_full = avail / (-change[0] / change[1]) if change is not None and filling else None
+        out[mountpoint] = (avail / sizes[mountpoint], avail, until_full)
     return out
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import cel
 
@@ -13,6 +13,8 @@ from kdiag.analysis.catalog import GLOBAL_SUBJECTS, KINDS, TEMPLATE_FIELD, Rule
 from kdiag.analysis.signals import Signals
 
 log = logging.getLogger(__name__)
+
+DiagnosisState = Literal["pending", "firing"]
 
 
 @dataclass
@@ -22,7 +24,7 @@ class Diagnosis:
     rule: Rule
     subject: str
     since: float
-    state: str = "pending"
+    state: DiagnosisState = "pending"
     summary: str = ""
     evidence: dict[str, float | str] = field(default_factory=dict)
     ended: float | None = None
@@ -43,7 +45,7 @@ class Diagnosis:
 
 def render(template: str, scope: dict[str, Signals]) -> str:
     """A summary template with {it.signal:format} fields filled; unknown values print as '?'."""
-    def fill(m: re.Match) -> str:
+    def fill(m: re.Match[str]) -> str:
         value = scope.get(m.group(1), {}).get(m.group(2))
         if value is None:
             return "?"

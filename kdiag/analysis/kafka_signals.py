@@ -180,7 +180,7 @@ def slowness_ratios(history: History) -> dict[str, tuple[float | None, float | N
             ratios = worst.setdefault(b, [None, None])
             for i, base in enumerate((statistics.median(peers) if peers else None, past[b])):
                 r = ratio(value, base)
-                if r is not None and (ratios[i] is None or r > ratios[i]):
+                if r is not None and ((best := ratios[i]) is None or r > best):
                     ratios[i] = r
     return {b: (r[0], r[1]) for b, r in worst.items()}
 

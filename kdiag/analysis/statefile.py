@@ -13,11 +13,12 @@ import stat
 import time
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard, get_args
 
 from kdiag.analysis.catalog import Rule
 from kdiag.config.settings import ConfigError
-from kdiag.analysis.engine import Diagnosis
+from kdiag.analysis.engine import Diagnosis, DiagnosisState
+from kdiag.core.errors import KdiagError
 from kdiag.core.quote import quote
 from kdiag.core.trust import WRITABLE_BY_OTHERS, user_name, why_untrusted
 
@@ -42,8 +43,10 @@ class StateDirError(ConfigError):
     """state_dir is not a directory only kdiag's user can write in (nor are the directories above it)."""
 
 
-class StateDirBusy(Exception):
+class StateDirBusy(KdiagError):
     """Another kdiag holds the state_dir's lock."""
+
+    exit_code = 1
 
 
 def state_path(setting: str, replay: bool) -> Path | None:
@@ -101,14 +104,18 @@ def decode(data: Any, host: str, rules: dict[str, Rule], now: float) -> tuple[li
     saved, entries = data.get("saved"), data.get("diagnoses")
     if not _time(saved) or not isinstance(entries, list):
         raise ValueError("no 'saved' time or no 'diagnoses' list")
-    restored, dropped = [], []
+    restored: list[Diagnosis] = []
+    dropped: list[str] = []
     for e in entries:
         got = _entry(e, rules, now, saved)
-        (restored if isinstance(got, Diagnosis) else dropped).append(got)
+        if isinstance(got, Diagnosis):
+            restored.append(got)
+        else:
+            dropped.append(got)
     return restored, dropped
 
 
-def _time(value: Any) -> bool:
+def _time(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -130,7 +137,7 @@ def _entry(e: Any, rules: dict[str, Rule], now: float, saved: float) -> Diagnosi
 def _well_formed(e: Any) -> bool:
     """An entry as encode() writes it: evidence values and broker ids are flat (no nesting reaches the daemon)."""
     if not isinstance(e, dict) or not isinstance(e.get("subject"), str) or not _time(e.get("since")) \
-            or e.get("state") not in ("pending", "firing"):
+            or e.get("state") not in get_args(DiagnosisState):
         return False
     evidence, brokers = e.get("evidence") or {}, e.get("brokers")
     return isinstance(evidence, dict) and all(isinstance(v, str | int | float | None) for v in evidence.values()) \
@@ -146,7 +153,7 @@ class StateFile:
     def __init__(self, path: Path, host: str):
         self.path = path
         self.host = host
-        self._written: tuple = ()
+        self._written: tuple[tuple[str, str, str, float], ...] = ()
         self._written_at = 0.0
         self._failing = False
         self._dir = open_own_dir(str(path.parent))

@@ -9,6 +9,9 @@ import kdiag.analysis.loadgen_signals  # noqa: F401
 from kdiag.core.history import History
 from kdiag.analysis.signals import SUBJECT_KINDS, Signals
 
+# SUBJECT_KINDS is exported from here: importing this module is what fills it.
+__all__ = ["SUBJECT_KINDS", "SignalCache", "compute_signals"]
+
 
 def compute_signals(history: History, window: float) -> dict[str, dict[str, Signals]]:
     """Signals of every subject of every registered kind at the history's latest time."""

@@ -8,7 +8,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,14 +32,14 @@ from kdiag.collectors.host.stat import StatCollector
 from kdiag.collectors.host.statvfs import StatvfsCollector
 from kdiag.collectors.host.sysctl import SysctlCollector
 from kdiag.collectors.host.vmstat import VmstatCollector
-from kdiag.config.settings import Config, ConfigError
+from kdiag.config.settings import Config, ConfigError, Duration
 from kdiag.analysis.catalog import CatalogError, Rule, default_rules_dir, load_catalog
 from kdiag.serve.exporter import Published
 from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.probe.metrics import HELP as PROBE_HELP
 from kdiag.probe.process import ProbeProcess
 from kdiag.recording.recording import Recording
-from kdiag.core.root import Root
+from kdiag.core.root import Root, SnapshotRoot
 from kdiag.core.sample import Sample
 from kdiag.kafka.coordination import Member
 from kdiag.analysis.statefile import StateFile, state_path
@@ -104,7 +104,7 @@ def kafka_collectors(config: Config, sources: set[str] | None = None) -> dict[st
 def recorded_collectors(config: Config, every: float) -> list[Collector]:
     """What `kdiag record` and live `kdiag diagnose` run: the host collectors, and Kafka's when configured. Each
     snapshot (`every` seconds apart) reads Kafka, so JmxTool polls as often (at most every kafka.jmx_interval)."""
-    kafka = dataclasses.replace(config.kafka, jmx_interval=min(every, config.kafka.jmx_interval))
+    kafka = dataclasses.replace(config.kafka, jmx_interval=Duration(min(every, config.kafka.jmx_interval)))
     return host_collectors(config) + list(kafka_collectors(dataclasses.replace(config, kafka=kafka)).values())
 
 
@@ -142,6 +142,7 @@ class Background:
 
     def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False):
         self.collectors = CollectorSet(collectors, timeout)
+        self.timeout = timeout
         self.root = root
         self.every = every
         self.adaptive = adaptive
@@ -157,7 +158,7 @@ class Background:
         start = time.monotonic()
         if self.adaptive and start < self._next:
             return
-        if not any(getattr(c, "ready", lambda: True)() for c in self.collectors.collectors):
+        if not any(c.ready() for c in self.collectors.collectors):
             with self._lock:  # nothing new to collect (no JmxTool row since): the job is alive, its samples stay
                 self._at = start
             return
@@ -182,7 +183,7 @@ class Background:
         with self._lock:
             samples, health = self._samples, {k: dataclasses.replace(h) for k, h in self.collectors.health.items()}
             age = time.monotonic() - self._at
-        if age <= 2 * self.period + self.collectors.timeout:
+        if age <= 2 * self.period + self.timeout:
             return samples, health
         for h in health.values():
             h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
@@ -243,7 +244,7 @@ class Daemon:
             am = config.alertmanager
             self.pusher = AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
                                       authorization=am.authorization, tls_config=am.tls_config)
-        self._replay = None
+        self._replay: Iterator[SnapshotRoot] | None = None
 
     def start(self) -> None:
         """Start collecting and serving; returns at once."""
@@ -313,6 +314,7 @@ class Daemon:
 
     def _replay_step(self) -> None:
         # Loop over the recording with times shifted so it reads as live, for demos and integration tests.
+        assert self.recording is not None  # this job runs only over a recording
         root = next(self._replay, None) if self._replay else None
         if root is None:
             if self._replay is not None:

@@ -18,10 +18,9 @@ from kdiag.core import logsafe
 from kdiag.config.settings import Config, load_config
 from kdiag.core.errors import KdiagError
 from kdiag.core.outfile import write_output
-from kdiag.analysis.catalog import CatalogError
 from kdiag.core.units import parse_duration
 from kdiag.core.quote import printable_lines
-from kdiag.recording.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, RecordingError, record
+from kdiag.recording.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, record
 
 
 def _duration(text: str) -> float:
@@ -77,18 +76,11 @@ def _run_config(args: argparse.Namespace) -> Config:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.app.daemon import Daemon
-    from kdiag.analysis.statefile import StateDirBusy
-    from kdiag.serve.webserver import ListenError
-
     # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = _run_config(args)
     recording = Recording(args.from_) if args.from_ else None
-    try:
-        daemon = Daemon(config, recording, reload_config=lambda: _run_config(args))
-    except (ListenError, StateDirBusy) as e:
-        print(f"kdiag: {e}", file=sys.stderr)
-        return 1
+    daemon = Daemon(config, recording, reload_config=lambda: _run_config(args))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
     signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
@@ -271,15 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return args.func(args)
-    except CatalogError as e:
-        print(f"kdiag: the rule catalog has {len(e.errors)} error(s):\n{printable_lines(str(e))}", file=sys.stderr)
-        return 1
-    except RecordingError as e:
-        print(f"kdiag: {printable_lines(str(e))}", file=sys.stderr)
-        return e.exit_code
     except KeyboardInterrupt as e:
         print("kdiag: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
         return 130
-    except KdiagError as e:  # a bad setting, or an output path kdiag will not write
-        print(f"kdiag: {printable_lines(str(e))}", file=sys.stderr)
+    except KdiagError as e:  # a bad setting or catalog, a recording, an output path kdiag will not write, ...
+        print(f"kdiag: {printable_lines(e.report())}", file=sys.stderr)
         return e.exit_code

@@ -230,7 +230,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             return None
         (inner,) = (a for a in typing.get_args(tp) if a is not type(None))
         return _convert(inner, value, path)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, path)
     if tp is Duration:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import io
 import math
 import os
 import stat
@@ -11,6 +12,7 @@ import tarfile
 import zlib
 from pathlib import Path
 
+from kdiag.core.errors import KdiagError
 from kdiag.core.safeio import read_regular
 
 MAX_FILE_BYTES = 64 * 2**20
@@ -24,12 +26,10 @@ MAX_JSON_BYTES = 2**20  # manifest.json and meta.json
 MAX_EPOCH = 1e10  # the year 2286
 
 
-class RecordingError(Exception):
+class RecordingError(KdiagError):
     """A recording that cannot be read, with the path and what is wrong; exit_code 2 when the path is a usage error."""
 
-    def __init__(self, message: str, exit_code: int = 1):
-        super().__init__(message)
-        self.exit_code = exit_code
+    exit_code = 1
 
 
 def is_number(value: object) -> bool:
@@ -138,10 +138,10 @@ def _check_link(top: Path, parts: tuple[str, ...], where: str) -> None:
         pass  # dangling inside the snapshot, as sysfs device links often are in a recording
 
 
-class _BoundedReads:
-    """A file whose single reads are bounded, so no crafted tar header makes tarfile read gigabytes at once."""
+class _BoundedReads(io.RawIOBase):
+    """A read-only file whose single reads are bounded, so no crafted tar header makes tarfile read gigabytes at once."""
 
-    def __init__(self, raw):
+    def __init__(self, raw: gzip.GzipFile):
         self.raw = raw
 
     def read(self, size: int = -1) -> bytes:
@@ -149,8 +149,8 @@ class _BoundedReads:
             raise tarfile.ReadError(f"a tar header asks to read {size} bytes at once")
         return self.raw.read(size)
 
-    def seek(self, *args) -> int:
-        return self.raw.seek(*args)
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self.raw.seek(offset, whence)
 
     def tell(self) -> int:
         return self.raw.tell()
@@ -197,7 +197,8 @@ def extract(archive: Path, dest: Path) -> None:
         with gzip.open(archive) as raw, tarfile.open(fileobj=_BoundedReads(raw), mode="r:") as tar:
             count = 0
             while (member := tar.next()) is not None:
-                tar.members.clear()  # tarfile keeps every header it read: a million of them would not fit
+                # tarfile keeps every header it read (in .members, which its stubs leave out): a million would not fit
+                tar.members.clear()  # type: ignore[attr-defined]
                 count += 1
                 parts = [p for p in member.name.split("/") if p not in ("", ".")]
                 problem = f"makes more than {MAX_ENTRIES} entries" if count > MAX_ENTRIES else _member_problem(
@@ -232,6 +233,7 @@ def _write(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> None:
         os.symlink(member.linkname, path)
     else:
         source = tar.extractfile(member)
+        assert source is not None  # _member_problem lets only regular files this far
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with open(fd, "wb") as out:
             left = member.size

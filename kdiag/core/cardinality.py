@@ -33,7 +33,7 @@ class SeriesFilter:
                     raise ValueError(f"{key}.{kind}[{i}]: {quote(pattern)} is not a regular expression ({e})") from None
 
     @functools.cached_property
-    def _compiled(self) -> tuple[list[re.Pattern], list[re.Pattern]]:
+    def _compiled(self) -> tuple[list[re.Pattern[str]], list[re.Pattern[str]]]:
         return [re.compile(p) for p in self.allow], [re.compile(p) for p in self.ignore]
 
     def matches(self, name: str) -> bool:

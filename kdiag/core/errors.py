@@ -12,3 +12,7 @@ class KdiagError(Exception):
         super().__init__(message)
         if exit_code is not None:
             self.exit_code = exit_code
+
+    def report(self) -> str:
+        """What the command line prints after "kdiag: "."""
+        return str(self)

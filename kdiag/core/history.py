@@ -6,7 +6,7 @@ import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator
 
-from kdiag.core.sample import COUNTER, COUNTER32, Sample
+from kdiag.core.sample import COUNTER, COUNTER32, Sample, SampleKind
 
 Key = tuple[str, tuple[tuple[str, str], ...]]
 WRAP32 = 2**32
@@ -18,7 +18,7 @@ class History:
     def __init__(self, retention: float = 900.0):
         self.retention = retention
         self._points: dict[Key, deque[tuple[float, float]]] = {}
-        self._kinds: dict[Key, str] = {}
+        self._kinds: dict[Key, SampleKind] = {}
         # Per carried batch (a list of samples fetched earlier, already added), its keys: a batch is carried cycle after
         # cycle as the same list, so its keys are made once. A carried series is present without a new point, so rates
         # over Kafka's fetches see real steps, not a staircase of repeated values.
@@ -114,7 +114,7 @@ class History:
         self._kinds[key] = s.kind
         points.append((t, s.value))
 
-    def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], str]]:
+    def series(self, name: str) -> Iterator[tuple[dict[str, str], deque[tuple[float, float]], SampleKind]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
         self.note_read(name)
         fresh, carried = self._fresh, self._carried
@@ -143,7 +143,7 @@ class History:
         return window_rate(self._points[key], window, self._kinds[key])
 
 
-def counter_increase(previous: float, current: float, kind: str) -> float:
+def counter_increase(previous: float, current: float, kind: SampleKind) -> float:
     """Increase between two counter readings: a drop is a wrap for 32-bit counters, else a reset."""
     if current >= previous:
         return current - previous
@@ -153,7 +153,7 @@ def counter_increase(previous: float, current: float, kind: str) -> float:
     return current
 
 
-def window_rate(points: deque[tuple[float, float]], window: float, kind: str = COUNTER) -> float | None:
+def window_rate(points: deque[tuple[float, float]], window: float, kind: SampleKind = COUNTER) -> float | None:
     """Per-second increase across the points in the last `window` seconds (at least two points)."""
     start = points[-1][0] - window
     # From the newest point back: a series holds the whole retention (180 points at 5 s), a window only a few.

@@ -21,7 +21,7 @@ class EscapingFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
         return printable(super().formatMessage(record))
 
-    def formatException(self, ei) -> str:
+    def formatException(self, ei: logging._SysExcInfoType) -> str:
         return printable_lines(super().formatException(ei))
 
     def formatStack(self, stack_info: str) -> str:

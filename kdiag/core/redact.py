@@ -166,7 +166,7 @@ def _redact_word(arg: str, depth: int) -> tuple[str, int]:
     return arg, expect
 
 
-def _mask_passwords(text: str, head: re.Pattern, stop: re.Pattern) -> str:
+def _mask_passwords(text: str, head: re.Pattern[str], stop: re.Pattern[str]) -> str:
     """text with what runs from each head to the last '@' before the next stop masked."""
     if "@" not in text:
         return text
@@ -194,7 +194,7 @@ def _is_json(text: str) -> bool:
     return True
 
 
-def _mask_named(match: re.Match, before: str = "", after: str = "") -> str:
+def _mask_named(match: re.Match[str], before: str = "", after: str = "") -> str:
     """A name=value (or "name": value) match with the value masked (quoted so) when the name says secret."""
     return match["head"] + before + MASK + after if is_secret_name(match["name"]) else match[0]
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, Literal, NamedTuple
 
-GAUGE = "gauge"
-COUNTER = "counter"
+SampleKind = Literal["gauge", "counter", "counter32", "histogram"]
+GAUGE: Final[SampleKind] = "gauge"
+COUNTER: Final[SampleKind] = "counter"
 # Counters the kernel keeps in 32 bits (softnet_stat): a decrease near 2**32 is a wrap, not a reset.
-COUNTER32 = "counter32"
+COUNTER32: Final[SampleKind] = "counter32"
 # One series of a histogram family: the name ends in _bucket (with an `le` label), _sum or _count.
-HISTOGRAM = "histogram"
+HISTOGRAM: Final[SampleKind] = "histogram"
 
 
 class Sample(NamedTuple):
@@ -18,10 +19,10 @@ class Sample(NamedTuple):
     name: str
     labels: tuple[tuple[str, str], ...]
     value: float
-    kind: str = GAUGE
+    kind: SampleKind = GAUGE
 
 
-def sample(name: str, value: float, kind: str = GAUGE, /, **labels: object) -> Sample:
+def sample(name: str, value: float, kind: SampleKind = GAUGE, /, **labels: object) -> Sample:
     """Build a Sample with labels given as keyword arguments."""
     return Sample(name, tuple(sorted((k, str(v)) for k, v in labels.items())), float(value), kind)
 

@@ -13,6 +13,7 @@ DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 def parse_duration(text: str | float) -> float:
     """Seconds in '20s', '1m', '500ms', '2h' or a bare number of seconds (callers check the range)."""
+    number: str | float
     if isinstance(text, int | float) and not isinstance(text, bool):
         number, unit = text, "s"
     elif isinstance(text, str) and (m := DURATION.match(text.strip())):

@@ -27,9 +27,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from kdiag.core import logsafe
+from kdiag.core.errors import KdiagError
 
 log = logging.getLogger(__name__)
 # Before an answer's marshal bytes: their length, and the CPU seconds the request cost the child (all its threads).
@@ -38,8 +39,10 @@ RESTART_BACKOFF = 1.0  # seconds from a death to the next start; doubles while d
 MAX_BACKOFF = 30.0
 
 
-class WorkerError(Exception):
+class WorkerError(KdiagError):
     """The child did not answer: it died, hung past the deadline or could not start."""
+
+    exit_code = 1
 
 
 def _death(returncode: int) -> str:
@@ -121,7 +124,7 @@ class WorkerProcess:
             except OSError:
                 pass  # it died: reading says how
             frame = _read_answer(process.stdout, time.monotonic() + timeout)
-            if frame:
+            if isinstance(frame, tuple):
                 self.last_cpu_seconds, answer = frame
                 return answer
             if frame is None:
@@ -173,7 +176,7 @@ def _read_exactly(fd: int, size: int, deadline: float) -> bytes | None:
     return b"".join(chunks)
 
 
-def _read_answer(stream: BinaryIO, deadline: float) -> tuple[float, dict[str, Any]] | str | None:
+def _read_answer(stream: IO[bytes], deadline: float) -> tuple[float, dict[str, Any]] | str | None:
     """(CPU seconds, answer) of one frame from a child's stdout before deadline; '' at EOF, None when time runs out."""
     fd = stream.fileno()
     header = _read_exactly(fd, FRAME_HEADER.size, deadline)

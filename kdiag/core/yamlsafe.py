@@ -10,6 +10,7 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
+from kdiag.core.errors import KdiagError
 from kdiag.core.quote import cut, quote
 from kdiag.core.safeio import read_regular
 
@@ -20,7 +21,7 @@ MAX_VALUES = 50_000
 MAX_DEPTH = 64
 
 
-class YamlError(Exception):
+class YamlError(KdiagError):
     """A YAML file that cannot be used, with the 1-based line and column of the problem when there is one."""
 
     def __init__(self, path: str | Path, message: str, line: int = 0, column: int = 0):
@@ -39,8 +40,8 @@ class _Loader(yaml.SafeLoader):
         super().__init__(text)
         self.depth = self.values = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        event = self.peek_event()
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # the stubs leave peek_event untyped
         if isinstance(event, yaml.AliasEvent) or event.anchor is not None:
             raise ComposerError(None, None, "anchors and aliases (&name, *name) are not accepted: "
                                 "write the value out", event.start_mark)
@@ -55,8 +56,9 @@ class _Loader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
-    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:
-        node = super().compose_mapping_node(anchor)
+    # The stubs type the anchor as a dict; PyYAML passes the event's anchor, a str or None.
+    def compose_mapping_node(self, anchor: str | None) -> yaml.MappingNode:  # type: ignore[override]
+        node = super().compose_mapping_node(anchor)  # type: ignore[arg-type]
         seen: dict[tuple[str, str], yaml.Node] = {}
         for key, _ in node.value:
             if isinstance(key, yaml.ScalarNode):

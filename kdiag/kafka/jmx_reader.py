@@ -78,6 +78,7 @@ class JmxReader:
         header: list[str] | None = None
         row: dict[str, float] | None = None  # the old tool's tsv poll being read, None once published
         lines = whole = 0  # its lines so far; the lines of the last whole poll (a poll that reaches it is whole)
+        assert self.process.stdout is not None  # started with stdout=PIPE
         with self.process.stdout as stream:
             for line in stream:
                 if self.legacy and line.startswith("time\t"):

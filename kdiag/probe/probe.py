@@ -302,9 +302,11 @@ class ProbeService:
                 msg = consumer.poll(0.2)
                 if msg is None or msg.error():
                     continue  # fetch errors are transient: librdkafka retries them itself
-                epoch = msg.leader_epoch()
-                self._positions[msg.partition()] = (msg.offset() + 1, -1 if epoch is None else epoch)
-                self._receive(msg.partition(), msg.offset(), msg.value(), time.time())
+                partition, offset, epoch = msg.partition(), msg.offset(), msg.leader_epoch()
+                if partition is None or offset is None:
+                    continue  # only an error event lacks them
+                self._positions[partition] = (offset + 1, -1 if epoch is None else epoch)
+                self._receive(partition, offset, msg.value(), time.time())
         finally:
             consumer.close()
 

@@ -106,12 +106,12 @@ def svg(tl: Timeline) -> str:
                              f'fill="{COLORS.get(state, "#999")}"><title>{state}</title></rect>')
         y += LANE
     y += 10
-    for label, points in tl.series.items():
-        low, high = min(v for _, v in points), max(v for _, v in points)
+    for label, values in tl.series.items():
+        low, high = min(v for _, v in values), max(v for _, v in values)
         # A constant signal is drawn across the middle of its chart.
-        levels = [y + CHART / 2 if high == low else y + CHART - (v - low) / (high - low) * CHART for _, v in points]
+        levels = [y + CHART / 2 if high == low else y + CHART - (v - low) / (high - low) * CHART for _, v in values]
         path = " ".join(f"{'M' if i == 0 else 'L'}{_x(t, tl):.1f},{levels[i]:.1f}"
-                        for i, (t, v) in enumerate(points))
+                        for i, (t, v) in enumerate(values))
         parts.append(_text(LEFT - 6, y + CHART / 2, label))
         parts.append(_text(LEFT - 6, y + CHART / 2 + 13, f"{low:.3g} … {high:.3g}", size=10))
         parts.append(f'<rect x="{LEFT}" y="{y}" width="{WIDTH - LEFT - RIGHT}" height="{CHART}" fill="none" '

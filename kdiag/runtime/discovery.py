@@ -16,6 +16,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline
 from kdiag.core.safeio import read_regular
@@ -369,7 +370,7 @@ def discover(config: Config, root: Root) -> Config:
 
     current = {"kafka.local_broker_id": kafka.local_broker_id, "kafka.bootstrap_servers": kafka.bootstrap_servers,
                "kafka.jmx": kafka.jmx, "kafka.jmx_classpath": kafka.jmx_classpath, "processes.log_dirs": processes.log_dirs}
-    filled: dict[str, object] = {}
+    filled: dict[str, Any] = {}
     for key, (value, shown, source) in found.items():
         if current[key] not in (None, "", []):
             log.info("broker discovery: %s kept from the config (the broker's: %s, %s)", key, shown, source)
@@ -379,7 +380,7 @@ def discover(config: Config, root: Root) -> Config:
             log.info("broker discovery: %s = %s (%s)", key, shown, source)
             filled[key] = value
     kafka_changes = {k.split(".", 1)[1]: v for k, v in filled.items() if k.startswith("kafka.")}
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if kafka_changes:
         changes["kafka"] = dataclasses.replace(kafka, **kafka_changes)
     if "processes.log_dirs" in filled:

@@ -32,7 +32,7 @@ class Health:
     duration: float = 0.0
     last_success: float | None = None
     error: str = ""
-    cpu: float = 0.0  # CPU seconds of the last run: its thread's, and its child process's (collector.child_cpu_seconds)
+    cpu: float = 0.0  # CPU seconds of the last run: its thread's, and its child process's (Collector.child_cpu_seconds)
 
 
 class CollectorTimeout(Exception):
@@ -42,7 +42,7 @@ class CollectorTimeout(Exception):
 class _Worker:
     """A long-lived daemon thread running one collector at a time (a thread per run would be thousands an hour)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
         self._running = threading.Event()
         threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
@@ -98,8 +98,7 @@ class CollectorSet:
     def close(self) -> None:
         """Stop the processes collectors keep (JmxTool readers, the AdminClient's worker)."""
         for c in self.collectors:
-            if hasattr(c, "close"):
-                c.close()
+            c.close()
 
     def run(self, root: Root) -> list[Sample]:
         """Samples from every collector that succeeded; failures are logged once per failure streak."""
@@ -117,7 +116,7 @@ class CollectorSet:
                 health.success, health.error = False, message
                 continue
             health.duration = time.perf_counter() - start
-            health.cpu = cpu + getattr(c, "child_cpu_seconds", 0.0)
+            health.cpu = cpu + c.child_cpu_seconds
             health.success, health.error, health.last_success = True, "", root.now()
             samples.extend(got)
         return samples

@@ -105,7 +105,7 @@ class FamilyCache:
 
     def groups(self, sources: list[list[Sample]]) -> list[dict[str, list[Sample]]]:
         """Each source's samples by family; a source seen at the last call (the same list) is not grouped again."""
-        grouped = [(source, next((g for s, g in self._grouped if s is source), None) or group_families(source))
+        grouped = [(source, next((g for s, g in self._grouped if s is source), {}) or group_families(source))
                    for source in sources]
         self._grouped = grouped
         return [g for _, g in grouped]
@@ -141,8 +141,8 @@ class FamilyCache:
             except Exception as e:  # as in render()
                 self._leave_out(family.name + ("_total" if family.type == "counter" else ""), e)
         errors = ExportedMetric(RENDER_ERRORS.removesuffix("_total"), RENDER_ERRORS_HELP, "counter")
-        for family, count in sorted(self.render_errors.items()):
-            errors.add_sample(RENDER_ERRORS, {"family": family}, count)
+        for name, count in sorted(self.render_errors.items()):
+            errors.add_sample(RENDER_ERRORS, {"family": name}, count)
         return b"".join(texts) + generate_latest(_Families([errors]))
 
     def _leave_out(self, family: str, error: Exception) -> None:

@@ -98,7 +98,7 @@ class _Recent:
 
 
 class _Failures(NamedTuple):
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here calls
     last: float
     shut_until: float
 
@@ -106,7 +106,7 @@ class _Failures(NamedTuple):
 class Backoff:
     """Per-client failure counts: from FREE_FAILURES on, each failure shuts the client out of bcrypt for a doubling time."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._clients: OrderedDict[str, _Failures] = OrderedDict()
 
     def remaining(self, client: str, now: float) -> float:
@@ -135,7 +135,7 @@ class Backoff:
 class BasicAuth:
     """Checks logins on the event loop; only a login never seen before reaches bcrypt, on one thread, one per client."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._key = secrets.token_bytes(32)  # digests of passwords are keyed per process: never a plain hash
         self._verified = _Recent(MAX_VERIFIED)
         self._failed = _Recent(MAX_FAILED)

@@ -70,7 +70,9 @@ def _mapping(value: Any, where: str, allowed: set[str] | None = None) -> dict:
         return {}
     if not isinstance(value, dict):
         raise WebConfigError(f"{where or 'the web config'}: expected a mapping, got {type(value).__name__}")
-    for key in value if allowed is not None else ():
+    if allowed is None:
+        return value
+    for key in value:
         path = f"{where}.{key}" if where else str(key)
         if path in UNSUPPORTED:
             raise WebConfigError(f"{path}: {UNSUPPORTED[path]}")
@@ -199,8 +201,8 @@ class CurrentTLS(ssl.SSLContext):
         return self.current.wrap_bio(*args, **kwargs)
 
 
-def _fingerprint(files: list[Path]) -> tuple:
-    out = []
+def _fingerprint(files: list[Path]) -> tuple[tuple[int, int, int] | None, ...]:
+    out: list[tuple[int, int, int] | None] = []
     for p in files:
         try:
             st = os.stat(p)

@@ -17,9 +17,10 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 from hypercorn.protocol.h11 import H11Protocol
 
+from kdiag.core.errors import KdiagError
 from kdiag.serve.exporter import Published
 from kdiag.serve.webauth import BasicAuth, Verdict
-from kdiag.serve.webconfig import WebConfigWatcher
+from kdiag.serve.webconfig import CurrentTLS, WebConfigWatcher
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,10 @@ INDEX = (b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
 NOT_FOUND = b"not found: try /metrics, /api/diagnoses or /healthz\n"
 
 
-class ListenError(Exception):
+class ListenError(KdiagError):
     """The endpoint cannot listen on the address it was given."""
+
+    exit_code = 1
 
 
 _last_warning: dict[str, float] = {}
@@ -73,7 +76,7 @@ class _ListenSocket(socket.socket):
         return conn, address
 
 
-def listen_socket(listen: str) -> socket.socket:
+def listen_socket(listen: str) -> _ListenSocket:
     """A bound (not yet listening) TCP socket for host:port or [v6]:port; ListenError in one line."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]") or "0.0.0.0"
@@ -101,13 +104,13 @@ class _HTTP11Only(H11Protocol):
 
 
 # hypercorn's ProtocolWrapper builds every connection's HTTP/1.1 protocol from this module attribute.
-hypercorn.protocol.H11Protocol = _HTTP11Only
+hypercorn.protocol.H11Protocol = _HTTP11Only  # type: ignore[misc]  # a deliberate replacement of hypercorn's class
 
 
 class _Hypercorn(HypercornConfig):
     """hypercorn's config with kdiag's listening socket and the web config's TLS context."""
 
-    tls = None
+    tls: CurrentTLS | None = None
     socket: _ListenSocket
 
     def create_sockets(self) -> Sockets:
@@ -237,7 +240,7 @@ class Exporter:
 
     def stop(self) -> None:
         """Stop serving and close the socket (also when never started)."""
-        if self._loop and self.thread.is_alive():
+        if self._loop and self._stopping and self.thread.is_alive():
             self._loop.call_soon_threadsafe(self._stopping.set)
             self.thread.join(10)
         else:
@@ -251,7 +254,7 @@ class Exporter:
         self._loop = asyncio.get_running_loop()
         _quiet_emfile(self._loop)
         self._stopping = asyncio.Event()
-        watcher = asyncio.create_task(self._watch()) if self.web else None
+        watcher = asyncio.create_task(self._watch(self.web)) if self.web else None
         self._started.set()
         try:  # hypercorn closes the listening socket when it stops
             await serve(self.app, self.config, shutdown_trigger=self._stopping.wait)
@@ -261,8 +264,8 @@ class Exporter:
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
 
-    async def _watch(self) -> None:
+    async def _watch(self, web: WebConfigWatcher) -> None:
         while True:
             await asyncio.sleep(RELOAD_CHECK_S)
             # Off the loop: a new config with a new bcrypt cost makes a hash for unknown users (seconds at a high cost).
-            await asyncio.to_thread(self.web.poll)
+            await asyncio.to_thread(web.poll)

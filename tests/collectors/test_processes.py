@@ -149,6 +149,7 @@ def test_top_readers_reused_pid_counts_from_zero():
     assert [p.pid for p in top_readers(procs, previous, 5)] == [1, 2]
 
 
+@pytest.mark.integration
 def test_count_fds_on_the_live_procfs_matches_the_listing(tmp_path):
     # Linux 6.2+ reports the count as the fd directory's size; older kernels and fixture trees are listed.
     files = [open(tmp_path / f"f{i}", "w") for i in range(40)]  # noqa: SIM115 (closed below)

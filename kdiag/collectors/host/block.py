@@ -9,6 +9,7 @@ from kdiag.core.procfs import is_virtual_block, malformed, read_source
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 _ACTIVE = re.compile(r"\[([^\]]+)\]")
 
@@ -39,7 +40,7 @@ HELP = {
 }
 
 
-class BlockCollector:
+class BlockCollector(Collector):
     """Rotational flag and active scheduler of each real block device."""
 
     name = "block"

@@ -9,6 +9,7 @@ from kdiag.core.procfs import malformed
 from kdiag.collectors.host._util import cpu_table, interfaces
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/interrupts"
 # What the kernel prints before the action names: chip (" %8s"), hwirq when the IRQ has a domain,
@@ -34,6 +35,7 @@ def parse_interrupts(text: str, source: str = SOURCE) -> dict[str, Interrupt]:
             if len(counts) != len(cpus):
                 raise malformed(source, n, line, f"{len(counts)} counts for {len(cpus)} CPUs")
             info = _INFO.match(rest)
+            assert info is not None  # every part of _INFO is optional: it matches any text
             interrupts[irq] = Interrupt(dict(zip(cpus, counts, strict=True)), info[0].strip(), rest[info.end() :].strip())
         else:
             # Named rows may be short: ERR and MIS hold one count.
@@ -71,7 +73,7 @@ HELP = {"kdiag_interrupts_total": "Interrupts per IRQ and CPU since boot (CPUs t
                                   "interface is the NIC the IRQ serves, or ''."}
 
 
-class InterruptsCollector:
+class InterruptsCollector(Collector):
     """Interrupts per numeric IRQ and CPU; pairs still at zero are left out (a 128-CPU host would have ~40k series)."""
 
     name = "interrupts"

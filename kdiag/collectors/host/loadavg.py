@@ -5,6 +5,7 @@ from __future__ import annotations
 from kdiag.core.procfs import malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/loadavg"
 
@@ -21,7 +22,7 @@ def parse_loadavg(text: str, source: str = SOURCE) -> tuple[float, float, float]
 HELP = {f"kdiag_load{m}": f"{m}m load average." for m in (1, 5, 15)}
 
 
-class LoadavgCollector:
+class LoadavgCollector(Collector):
     """1, 5 and 15 minute load averages."""
 
     name = "loadavg"

@@ -16,6 +16,7 @@ from kdiag.core.procfs import TICKS_PER_SECOND, parse_stat, read_source
 from kdiag.core.root import Root
 from kdiag.core.safeio import read_regular
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 VERSION = 1
 SOURCE = "loadgen"
@@ -102,7 +103,7 @@ def samples_from_loadgen_state(state: dict[str, Any]) -> list[Sample]:
     return out
 
 
-class LoadgenCollector:
+class LoadgenCollector(Collector):
     """Live stats of the `kdiag bench` processes on this host, and their CPU seconds."""
 
     name = "loadgen"

@@ -7,6 +7,7 @@ import re
 from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/meminfo"
 
@@ -29,7 +30,7 @@ def parse_meminfo(text: str, source: str = SOURCE) -> dict[str, int]:
     return values
 
 
-class MeminfoCollector:
+class MeminfoCollector(Collector):
     """Every /proc/meminfo field; HELP is filled in as fields are seen, since kernels differ."""
 
     name = "meminfo"

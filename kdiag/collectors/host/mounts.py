@@ -8,6 +8,7 @@ from typing import NamedTuple
 from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/mounts"
 
@@ -57,7 +58,7 @@ def device_for_path(mounts: list[Mount], path: str) -> tuple[str, str]:
     return best
 
 
-class MountsCollector:
+class MountsCollector(Collector):
     """Block-device-backed filesystems; pseudo filesystems are left out to cap cardinality."""
 
     name = "mounts"

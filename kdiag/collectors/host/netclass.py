@@ -13,6 +13,7 @@ from kdiag.core.procfs import malformed
 from kdiag.collectors.host._util import SKIPPED_HELP, interfaces, ints, reason, skipped_samples
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 # ethtool's SPEED_UNKNOWN, printed as -1 or, by older kernels, as the unsigned 4294967295.
 _UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
@@ -44,7 +45,7 @@ HELP = {
 }
 
 
-class NetclassCollector:
+class NetclassCollector(Collector):
     """Link speed, up state, MTU and rx/tx queue counts per interface but lo."""
 
     name = "netclass"

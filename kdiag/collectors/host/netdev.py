@@ -6,6 +6,7 @@ from kdiag.core.procfs import lines, malformed
 from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/net/dev"
 # Exported fields: the column names of the header, prefixed with their direction.
@@ -43,7 +44,7 @@ def parse_netdev(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
 HELP = {f"kdiag_network_{field}_total": text for field, text in FIELDS.items()}
 
 
-class NetdevCollector:
+class NetdevCollector(Collector):
     """Bytes, packets, errors and drops per interface and direction, lo included."""
 
     name = "netdev"

@@ -24,6 +24,7 @@ from kdiag.collectors.host.mounts import device_for_path, parse_mounts
 from kdiag.core.redact import MASKED, OFF, cmdline_label
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
@@ -150,7 +151,7 @@ def top_cpu(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int
     return [p for _, p in ranked[:top_n]]
 
 
-class ProcessesCollector:
+class ProcessesCollector(Collector):
     """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir."""
 
     name = "processes"

@@ -6,6 +6,7 @@ from kdiag.core.procfs import malformed
 from kdiag.collectors.host._util import cpu_table
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/softirqs"
 
@@ -24,7 +25,7 @@ def parse_softirqs(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]
 HELP = {"kdiag_softirqs_total": "Softirqs run per CPU and type since boot."}
 
 
-class SoftirqsCollector:
+class SoftirqsCollector(Collector):
     """Softirqs run per CPU and type."""
 
     name = "softirqs"

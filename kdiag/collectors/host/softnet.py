@@ -6,6 +6,7 @@ from kdiag.core.procfs import lines, malformed
 from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER32, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/net/softnet_stat"
 # Column -> (metric suffix, HELP).
@@ -33,7 +34,7 @@ def parse_softnet(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
 HELP = {f"kdiag_softnet_{name}_total": text for name, text in COLUMNS.values()}
 
 
-class SoftnetCollector:
+class SoftnetCollector(Collector):
     """Backlog packets processed, dropped and squeezed per CPU."""
 
     name = "softnet"

@@ -9,6 +9,7 @@ from kdiag.core.procfs import lines, malformed
 from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/stat"
 # Columns of a cpuN line in order; guest and guest_nice are already counted in user and nice.
@@ -52,7 +53,7 @@ def parse_stat(text: str, ticks_per_second: float = 100, source: str = SOURCE) -
     return Stat(cpus, counts)
 
 
-class StatCollector:
+class StatCollector(Collector):
     """CPU seconds per mode, context switches, forks and runnable/blocked threads."""
 
     name = "stat"

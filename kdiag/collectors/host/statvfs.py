@@ -9,6 +9,7 @@ from kdiag.core.procfs import read_source
 from kdiag.collectors.host.mounts import parse_mounts
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "statvfs"  # not a file: recordings keep it with the other non-file states in kafka.json
 
@@ -43,7 +44,7 @@ def samples_from_statvfs(state: Any, mounts: dict[str, tuple[str, str]]) -> list
     return out
 
 
-class StatvfsCollector:
+class StatvfsCollector(Collector):
     """Space of every /dev-backed filesystem; a recording without it gives none, never a failure."""
 
     name = "statvfs"

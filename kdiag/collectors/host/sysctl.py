@@ -6,6 +6,7 @@ from kdiag.core.procfs import malformed, read_source
 from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample
+from kdiag.collectors import Collector
 
 # Path under /proc/sys -> label names of its values (None: a single value).
 SYSCTLS: dict[str, tuple[str, ...] | None] = {
@@ -50,7 +51,7 @@ HELP = {
 }
 
 
-class SysctlCollector:
+class SysctlCollector(Collector):
     """Selected sysctls; one the kernel lacks is left out, and only none at all is a failure."""
 
     name = "sysctl"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kdiag.core.procfs import parse_key_values, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
+from kdiag.collectors import Collector
 
 SOURCE = "/proc/vmstat"
 
@@ -31,7 +32,7 @@ def parse_vmstat(text: str, source: str = SOURCE) -> dict[str, int]:
 HELP = {f"kdiag_vmstat_{field}_total": text for field, text in FIELDS.items()}
 
 
-class VmstatCollector:
+class VmstatCollector(Collector):
     """Selected /proc/vmstat counters; ones this kernel lacks are left out."""
 
     name = "vmstat"

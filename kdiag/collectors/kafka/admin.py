@@ -11,11 +11,12 @@ from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.kafka.client import ClientSettings
+from kdiag.collectors import Collector
 
 SOURCE = "admin"
 
 
-class KafkaAdminCollector:
+class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"

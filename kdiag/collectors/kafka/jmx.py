@@ -23,8 +23,9 @@ from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_auth import JmxAuth
 from kdiag.kafka.jmx_reader import JmxReader
 from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.sample import COUNTER, GAUGE, Sample, SampleKind, sample
 from kdiag.core.trust import trusted_program
+from kdiag.collectors import Collector
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ def _endpoint_samples(broker: str, values: dict[str, float]) -> list[Sample]:
     index = _index(values)
     out: list[Sample] = []
 
-    def add(metric: str, mbean: str, attribute: str, kind: str = GAUGE, scale: float = 1.0, **labels: str) -> None:
+    def add(metric: str, mbean: str, attribute: str, kind: SampleKind = GAUGE, scale: float = 1.0, **labels: str) -> None:
         value = index.get((canonical(mbean), attribute))
         if value is not None:
             out.append(sample(metric, value * scale, kind, broker_id=broker, **labels))
@@ -250,7 +251,7 @@ def default_classpath() -> str:
     return classpath() if glob.glob(classpath()) else ""
 
 
-class KafkaJmxCollector:
+class KafkaJmxCollector(Collector):
     """Broker metrics from JMX, one resident JmxTool per endpoint; failing endpoints only report jmx_up 0."""
 
     name = "kafka_jmx"

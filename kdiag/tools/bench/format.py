@@ -88,7 +88,7 @@ def metrics_lines(metrics: dict[str, float]) -> list[str]:
 class Delta(NamedTuple):
     """What one worker acknowledged since its last report."""
 
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, which nothing here calls
     nbytes: int
     latency_sum_ms: float
     latency_max_ms: float

@@ -112,7 +112,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
         elif failed:
             report(Delta(0, 0, 0.0, 0.0, [], failed))
 
-    def write_stats(now: float) -> None:
+    def write_stats(stats_file: StatsFile, now: float) -> None:
         ordered = sorted(recent)
         del recent[:]
         stats_file.write({
@@ -156,7 +156,7 @@ def produce(job: ProduceJob, report: Callable[[Delta], None]) -> dict[str, float
                     break
                 last_report = now
                 if stats_file and now - last_file >= STATS_FILE_SECONDS:
-                    write_stats(time.time())
+                    write_stats(stats_file, time.time())
                     last_file = now
             if rate > 0:
                 ahead = sent / rate - (now - start)
@@ -203,7 +203,7 @@ def run_workers(jobs: list[ProduceJob], stats: Stats) -> dict[str, float]:
             for proc in procs:
                 proc.terminate()
             continue
-        for reader in ready:
+        for reader in [r for r in readers if r in ready]:
             try:
                 message = reader.recv()
             except EOFError:

@@ -131,6 +131,7 @@ def broker_freeze(target: Target) -> Iterator[None]:
 
 @contextmanager
 def leader_killed_alone(target: Target) -> Iterator[None]:
+    assert target.probe is not None, "leader-killed-alone runs with the probe"
     with victim_back(target):
         kill_acking_alone(target, target.probe, VICTIM_BROKER)
         yield
@@ -172,7 +173,7 @@ DRILLS = [
           forced_fsync, subject="drill-forced-fsync",
           checks={"forced_fsync evidence: flush.messages 1, over 5 flushes/s": firing(
               "forced_fsync", lambda d: d.evidence["flush_messages"] == 1.0
-              and d.evidence["cluster.log_flushes_per_second"] > 5.0)}),
+              and float(d.evidence["cluster.log_flushes_per_second"]) > 5.0)}),
     Drill("log-dir-scanner", "a separate process re-reading the brokers' log dirs", ["foreign_io_scanner"],
           log_dir_scanner, needs_lab=True, subject=r"pid \d+ python.*"),
     Drill("leader-skew", "topic drill-leader-skew with every leader on broker 1, under load", ["partition_skew"],
@@ -192,8 +193,8 @@ DRILLS = [
     Drill("unbatched-producers", "a plain client sending records one by one (linger.ms=0, batch.num.messages=1)",
           ["unbatched_producers"], unbatched, brokers=2, subject="broker 2", shares=True,
           checks={"unbatched_producers names drill-unbatched, under 2 messages a request": firing(
-              "unbatched_producers", lambda d: d.evidence["messages_per_produce_request"] < 2.0
-              and "drill-unbatched" in d.evidence["busiest_topics"])}),
+              "unbatched_producers", lambda d: float(d.evidence["messages_per_produce_request"]) < 2.0
+              and "drill-unbatched" in str(d.evidence["busiest_topics"]))}),
     Drill("forced-fsync-broker", "cluster-wide log.flush.interval.messages=1 (kafka-configs --entity-default)",
           ["forced_fsync_broker"], forced_fsync_broker, subject=r"broker \d+",
           checks={"forced_fsync_broker names the cluster-wide default, 1 message": firing(

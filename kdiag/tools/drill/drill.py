@@ -11,11 +11,14 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
+from pathlib import Path
 
 from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.collectors.host.meminfo import MeminfoCollector
 from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.collectors.host.stat import StatCollector
+from kdiag.collectors import Collector
+from kdiag.config.probe import ProbeConfig
 from kdiag.config.settings import load_config
 from kdiag.app.daemon import kafka_collectors, load_rules
 from kdiag.tools.drill.results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
@@ -76,7 +79,7 @@ class Monitor:
         config = load_config(None, overrides)
         self.rules = load_rules(config)
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
-        host = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs), MeminfoCollector(),
+        host: list[Collector] = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs), MeminfoCollector(),
                 StatCollector()]
         collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
@@ -140,6 +143,16 @@ class Runner:
         self.interrupted = 0
         self.monitor: Monitor | None = None
 
+    def _live_target(self) -> Target:
+        """The cluster of the live drills (there is none when every drill is a replay)."""
+        assert self.target is not None, "a live drill needs a target"
+        return self.target
+
+    def _started(self) -> Monitor:
+        """The monitor, which run() starts before the first live wave."""
+        assert self.monitor is not None, "run() starts the monitor before a live wave"
+        return self.monitor
+
     @contextmanager
     def signals_deferred(self) -> Iterator[None]:
         """SIGINT/SIGTERM only note the request; waits act on it, never an injection or a revert half done."""
@@ -167,8 +180,8 @@ class Runner:
 
     def _active_now(self, t: float) -> set[tuple[str, str, str]]:
         """Active diagnoses of the first state at or after t (waits for one)."""
-        self._wait(lambda: bool(self.monitor.since(t)), 120)
-        return active_of(self.monitor.since(t)[0])
+        self._wait(lambda: bool(self._started().since(t)), 120)
+        return active_of(self._started().since(t)[0])
 
     def run(self, drills: list[Drill]) -> list[DrillResult]:
         """Every wave of drills in turn; stops after an interrupted one (its results are the last)."""
@@ -176,13 +189,13 @@ class Runner:
         with self.signals_deferred():
             try:
                 for wave in waves(drills, self.serial):
-                    if wave[0].replay:
-                        results.append(run_replay(wave[0]))
+                    if replay := wave[0].replay:
+                        results.append(run_replay(wave[0], replay))
                         continue
                     if self.monitor is None:
-                        if leftover := delete_leftover_topics(self.target):
+                        if leftover := delete_leftover_topics(self._live_target()):
                             self.progress(f"deleted {len(leftover)} drill topic(s) an earlier run left: {', '.join(leftover)}")
-                        self.monitor = Monitor(self.target, self.alertmanager)
+                        self.monitor = Monitor(self._live_target(), self.alertmanager)
                         self.monitor.start()
                     wave_results = [DrillResult(d.name, list(d.expected), rule_for_seconds=rule_for(self.monitor.rules, d),
                                                 intervals=dict(LIVE_INTERVALS)) for d in wave]
@@ -209,7 +222,7 @@ class Runner:
         with ExitStack() as setup:
             ready = []
             for drill, result in zip(wave, results, strict=True):
-                target = self._probed(drill, result, setup) if drill.probe else self.target
+                target = self._probed(drill, drill.probe, result, setup) if drill.probe else self.target
                 if target:
                     ready.append((drill, result, target))
             try:
@@ -236,7 +249,7 @@ class Runner:
 
     def _baseline(self, ready: list[tuple[Drill, DrillResult, Target]]) -> set[tuple[str, str]]:
         """Warm up, wait until no drill's expected rule is active on its subjects; what is active then."""
-        m = self.monitor
+        m = self._started()
         # Rates need two snapshots and the baseline needs a judged one.
         started = time.time()
         self._wait(lambda: len(m.since(started)) >= 3, 120)
@@ -250,30 +263,31 @@ class Runner:
                     result.reverted = True  # nothing was injected
         return {(r, s) for r, s, _ in self._active_now(time.time())}
 
-    def _probed(self, drill: Drill, result: DrillResult, setup: ExitStack) -> Target | None:
+    def _probed(self, drill: Drill, config: ProbeConfig, result: DrillResult, setup: ExitStack) -> Target | None:
         """The target with the drill's probe steady and fed to the monitor until setup closes; None if it is not."""
         try:
-            probe = setup.enter_context(probe_running(self.target, drill.probe))
+            probe = setup.enter_context(probe_running(self._live_target(), config))
         except Exception as e:  # its topic could not be made: nothing to revert
-            result.error, result.reverted = f"probe topic {drill.probe.topic}: {type(e).__name__}: {e}", True
+            result.error, result.reverted = f"probe topic {config.topic}: {type(e).__name__}: {e}", True
             return None
-        self.monitor.probe = probe
-        setup.callback(setattr, self.monitor, "probe", None)
-        self.progress(f"drill {drill.name}: waiting for the probe on {drill.probe.topic} to be steady")
+        self._started().probe = probe
+        setup.callback(setattr, self._started(), "probe", None)
+        self.progress(f"drill {drill.name}: waiting for the probe on {config.topic} to be steady")
         if not self._wait(probe.steady, 180):
             why = probe.health()[1]
-            result.error = f"probe on {drill.probe.topic} not steady within 180 s" + (f": {why}" if why else "")
+            result.error = f"probe on {config.topic} not steady within 180 s" + (f": {why}" if why else "")
             result.reverted = True  # nothing was injected
             return None
-        return replace(self.target, probe=probe)
+        return replace(self._live_target(), probe=probe)
 
     def _inject_and_revert(self, drill: Drill, result: DrillResult, target: Target, baseline: set[tuple[str, str]],
                            owned: Callable[[str, str], bool]) -> None:
-        m = self.monitor
+        m = self._started()
         causes = cluster_causes(m.rules)
         window_start = time.time()
         stack = ExitStack()
         try:
+            assert drill.inject is not None  # a live drill, not a replay
             stack.enter_context(drill.inject(target))
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
@@ -286,7 +300,8 @@ class Runner:
 
             def look() -> None:
                 seen.update(alerted_rules(self.alertmanager))
-                seen.update(r for r, t in m.pusher.accepted.items() if t >= injected)
+                if m.pusher:
+                    seen.update(r for r, t in m.pusher.accepted.items() if t >= injected)
 
             def fired() -> bool:
                 if self.alertmanager:
@@ -324,7 +339,7 @@ class Runner:
                 baseline: set[tuple[str, str]], causes: set[str], window_start: float,
                 owned: Callable[[str, str], bool]) -> None:
         """Wait for the expected rules to clear (unless interrupted), then fill in the result."""
-        m = self.monitor
+        m = self._started()
 
         def cleared() -> bool:
             after = m.since(reverted_at + 0.01)
@@ -353,19 +368,19 @@ def failed_checks(drill: Drill, fault: list[State]) -> list[str]:
     return [what for what, holds in drill.checks.items() if not any(holds(s) for s in fault)]
 
 
-def run_replay(drill: Drill) -> DrillResult:
+def run_replay(drill: Drill, recording_dir: Path) -> DrillResult:
     """A host fault the sandbox cannot make: its recording replayed through the same pipeline and report."""
     from kdiag.app.daemon import replay
     from kdiag.recording.recording import Recording
 
     config = load_config(None)
-    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(drill.replay),
+    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(recording_dir),
                          rule_for_seconds=rule_for(load_rules(config), drill))
-    if not drill.replay.is_dir():
-        result.error = f"recording {drill.replay} not found (it ships with the source tree)"
+    if not recording_dir.is_dir():
+        result.error = f"recording {recording_dir} not found (it ships with the source tree)"
         return result
     states: list[State] = []
-    recording = Recording(drill.replay)
+    recording = Recording(recording_dir)
     try:
         result.intervals = {"recording_interval_seconds": recording.interval, "signal_window_seconds": config.signal_window}
         replay(recording, config, on_step=lambda s: states.append(frozen(s)))

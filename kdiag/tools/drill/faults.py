@@ -107,6 +107,7 @@ def scanner(log_dirs: list[str]) -> Iterator[subprocess.Popen]:
     finally:
         process.kill()
         process.wait(30)
+        assert process.stdin is not None  # started with stdin=PIPE
         process.stdin.close()
 
 

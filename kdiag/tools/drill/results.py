@@ -50,7 +50,8 @@ def first_time(rows: list[tuple[float, set[tuple[str, str, str]]]], rules: list[
     # Each rule on its own: a loss is an event whose symptom clears after a window, while its cause goes on firing.
     firsts = [next((t for t, active in rows if t >= since and any(r == rule and s in states for r, _, s in active)),
                    None) for rule in rules]
-    return None if not firsts or None in firsts else round(max(firsts) - since, 1)
+    found = [t for t in firsts if t is not None]
+    return round(max(found) - since, 1) if found and len(found) == len(firsts) else None
 
 
 def false_attributions(rows: list[tuple[float, set[tuple[str, str, str]]]], owned: Callable[[str, str], bool],

@@ -48,7 +48,7 @@ def _run(fn):
             return fn(args)
         except LabError as e:
             print(f"kdiag lab: {e}", file=sys.stderr)
-            return e.code
+            return e.exit_code
     return wrapped
 
 

@@ -10,6 +10,8 @@ import time
 import zipfile
 from pathlib import Path
 
+from kdiag.core.errors import KdiagError
+
 LABFILES = Path(__file__).parent / "labfiles"
 REQUIRED_CLASSES = ("kafka/Kafka.class", "org/apache/kafka/tools/ProducerPerformance.class")
 KRAFT_CLASSES = ("kafka/tools/StorageTool.class",)
@@ -22,12 +24,10 @@ INSTALL_HINTS = {
 }
 
 
-class LabError(Exception):
+class LabError(KdiagError):
     """A lab failure reported to the user with an exit code."""
 
-    def __init__(self, message: str, code: int = 1):
-        super().__init__(message)
-        self.code = code
+    exit_code = 1
 
 
 def need(tool: str) -> None:
@@ -42,7 +42,7 @@ def check_java() -> None:
     out = subprocess.run(["java", "-version"], check=False, capture_output=True, text=True).stderr
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     major = int(m.group(1)) if m else 0
-    if major == 1 and m.group(2):
+    if m and major == 1 and m.group(2):
         major = int(m.group(2))
     if major < 17:
         raise LabError(f"java is version {major or '?'}: Kafka 4.x needs a JDK 17+ "

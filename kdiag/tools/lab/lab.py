@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 from kdiag.tools.lab import nodes as lab_nodes
 from kdiag.tools.lab import security as lab_security
@@ -69,15 +70,15 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
        timeout: float = 180, security: str = "none", mode: str | None = None, jvm_opts: str | None = None) -> dict:
     """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
     d = lab_dir(dir)
-    old = lab_json(d)
+    old = lab_json(d) or {}
     live = lab_nodes.pids(d, old) if old else {}
-    base = base_port or (old or {}).get("base_port") or DEFAULT_BASE_PORT
-    version = kafka_version or (old or {}).get("kafka_version") or KAFKA_VERSION
+    base = base_port or old.get("base_port") or DEFAULT_BASE_PORT
+    version = kafka_version or old.get("kafka_version") or KAFKA_VERSION
     mode = mode or (mode_of(old) if old and old["kafka_version"] == version else lab_versions.default_mode(version))
     lab_versions.check_mode(version, mode)
     lab_versions.check_security(version, mode, security)
-    jvm_opts = lab_nodes.jvm_opts(jvm_opts)
-    wanted = (brokers, base, version, security, mode, jvm_opts)
+    opts = lab_nodes.jvm_opts(jvm_opts)
+    wanted = (brokers, base, version, security, mode, opts)
     same = (bool(old) and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
                            mode_of(old), old.get("jvm_opts", [])) == wanted
             and (security == "none" or lab_security.secrets_dir(d).is_dir()))  # lost secrets: rebuild
@@ -118,7 +119,7 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         if unformatted:
             lab_nodes.format_storage(d, unformatted, cluster_id, security)
 
-    info = {
+    info: dict[str, Any] = {
         "brokers": brokers,
         "bootstrap": ",".join(f"127.0.0.1:{nodes[str(n)]['client']}" for n in range(1, brokers + 1)),
         "jmx": {k: jmx_url(v["jmx_port"]) for k, v in nodes.items()},
@@ -130,13 +131,13 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         "nodes": nodes,
         "security": security,
         "mode": mode,
-        "jvm_opts": jvm_opts,
+        "jvm_opts": opts,
     }
     if mode == "zookeeper":
         info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
     for n in range(1, brokers + 1):
         pid = live.get(n) if same else None
-        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, jvm_opts)
+        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, opts)
     (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
     lab_security.write_kdiag_yaml(d, info)
     print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)

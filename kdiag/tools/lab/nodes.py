@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from kdiag.tools.lab import security as lab_security
@@ -109,7 +110,7 @@ def format_storage(d: Path, nodes: list[int], cluster_id: str, security: str) ->
             raise LabError(f"formatting node {n} failed:\n{lab_security.redact(d, out)}")
 
 
-def start(d: Path, n: int, jmx_port: int, security: str, extra_opts: list[str] = ()) -> int:
+def start(d: Path, n: int, jmx_port: int, security: str, extra_opts: Sequence[str] = ()) -> int:
     """Start node n in a session of its own, JMX on loopback, and write its pid file; return the pid."""
     node_dir = d / f"node-{n}"
     cmd = [

@@ -97,8 +97,8 @@ def _certificates(s: Path) -> None:
           "-storetype", "PKCS12", "-storepass:file", "truststore.password", cwd=s)
     for f in ("broker.csr", "broker.ext", "ca.srl"):
         (s / f).unlink()
-    for f in s.iterdir():
-        f.chmod(0o600)
+    for path in s.iterdir():
+        path.chmod(0o600)
 
 
 def _jmx_files(s: Path, mode: str) -> None:
