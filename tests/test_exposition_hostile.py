@@ -22,7 +22,7 @@ from kdiag.collectors.host.netclass import NetclassCollector
 from kdiag.config.settings import Config
 from kdiag.app.daemon import host_collectors
 from kdiag.analysis.engine import Engine
-from kdiag.core.quote import label_value
+from kdiag.core.quote import printable
 from kdiag.serve.exporter import FamilyCache, Published, render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.report.html import recording_report
@@ -127,9 +127,9 @@ def state(tmp_path_factory) -> State:
 
 
 def test_label_value_escapes_what_is_not_printable():
-    assert label_value("kafka-0 /data") == "kafka-0 /data"
-    assert label_value(f"a \x1c# b\u2028\n{chr(0xD800)}\U000e0001") == "a \\x1c# b\\u2028\\x0a\\ud800\\U000e0001"
-    assert all(label_value(text).isprintable() for text in HOSTILE)
+    assert printable("kafka-0 /data") == "kafka-0 /data"
+    assert printable(f"a \x1c# b\u2028\n{chr(0xD800)}\U000e0001") == "a \\x1c# b\\u2028\\x0a\\ud800\\U000e0001"
+    assert all(printable(text).isprintable() for text in HOSTILE)
 
 
 def test_every_label_path_parses_and_stays_fresh_over_cycles(state):
@@ -143,13 +143,13 @@ def test_every_label_path_parses_and_stays_fresh_over_cycles(state):
         assert fams["kdiag_last_cycle_timestamp_seconds"].samples[0].value == state.time + cycle
         for label in LABELS:
             got = {s.labels[label]: s.value for s in fams[f"kdiag_hostile_{label}"].samples}
-            assert got == {label_value(t): 1.0 + cycle for t in HOSTILE}, label
+            assert got == {printable(t): 1.0 + cycle for t in HOSTILE}, label
         assert len(fams["kdiag_hostile_seconds"].samples) == 2 * len(HOSTILE)
         lag = fams["kdiag_kafka_consumergroup_lag"].samples
-        assert {s.labels["group"] for s in lag} == {label_value(f"adv{t}") for t in HOSTILE}
+        assert {s.labels["group"] for s in lag} == {printable(f"adv{t}") for t in HOSTILE}
         assert {s.labels["cluster"] for s in lag} == {"c\\x1c#\\x0a"}
         active = fams["kdiag_diagnosis_active"].samples
-        assert {s.labels["subject"] for s in active} == {label_value(t) for t in SUBJECTS}
+        assert {s.labels["subject"] for s in active} == {printable(t) for t in SUBJECTS}
         assert "kdiag_render_errors" not in fams or not fams["kdiag_render_errors"].samples
         diagnoses = json.loads(published.diagnoses)
         assert {d["subject"] for d in diagnoses["diagnoses"]} == set(SUBJECTS)
@@ -208,7 +208,7 @@ def test_a_process_named_with_line_breaks_leaves_metrics_parseable_and_fresh():
             fams = parsed(published.metrics)
             assert fams["kdiag_last_cycle_timestamp_seconds"].samples[0].value == state.time
             info = [s for s in fams["kdiag_process_info"].samples if s.labels["pid"] == str(proc.pid)]
-            return bool(info) and info[0].labels["comm"] == label_value(name)
+            return bool(info) and info[0].labels["comm"] == printable(name)
 
         wait_until(cycle, 60, "the busy process among the exported processes")
     finally:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kdiag.alerting.rules import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
-from kdiag.core.quote import label_value
+from kdiag.core.quote import printable
 from kdiag.core.http import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported
 
@@ -33,7 +33,7 @@ def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, st
     """The labels of a diagnosis's alert, those the inhibitions match on as in the generated Prometheus alerts.
 
     A cluster-scope alert has no `instance`: whichever daemon reports it, it is the same alert. Values are in their
-    /metrics form (label_value), so Prometheus's alert and this push are one alert to Alertmanager.
+    /metrics form (printable), so Prometheus's alert and this push are one alert to Alertmanager.
     """
     labels = {k: v for k, v in diagnosis_labels(d, cluster).items() if k != "kind"}
     return exported_labels({"alertname": alert_name(d.rule.id), **labels, "kdiag_class": d.rule.kind,
@@ -42,7 +42,7 @@ def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, st
 
 def exported_labels(labels: dict[str, str]) -> dict[str, str]:
     """Labels with their values as /metrics shows them."""
-    return {k: label_value(v) for k, v in labels.items()}
+    return {k: printable(v) for k, v in labels.items()}
 
 
 def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:

@@ -43,15 +43,6 @@ def printable_lines(text: str) -> str:
     return "\n".join(map(printable, text.split("\n")))
 
 
-def label_value(value: str) -> str:
-    """A label value as kdiag exports it: printable() text.
-
-    prometheus_client escapes only backslash, quote and newline; the other line breaks (\r, \x1c-\x1e, \x85,
-    \u2028, ...) would split the cached lines, terminal controls reach whoever reads /metrics, and a lone surrogate
-    cannot be encoded at all. Process names, group ids and topics come from anyone: they are data, printed as text.
-    """
-    return printable(value)
-
 
 def _escape(char: str) -> str:
     code = ord(char)

@@ -77,7 +77,7 @@ class AdminSession:
 
 def start(settings: dict[str, Any]) -> Any:
     """The request handler of one child: its AdminSession answers every fetch."""
-    client = ClientSettings(props=settings["props"], given=settings["given"], prefix=settings["prefix"])
+    client = ClientSettings(**settings["client"])
     session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
                            settings.get("quiet_groups_interval", 0.0))
 

@@ -21,6 +21,7 @@ import importlib
 import logging
 import threading
 import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,7 +237,7 @@ class CoordinatorProcess:
         self._reporting = Reporting(True, me) if mode == "always" else Reporting(False, None)
         self.worker = None if mode == "always" else WorkerProcess(__name__, {
             "bootstrap": bootstrap, "me": [me.host, me.broker_id], "topic": topic, "group": group, "mode": mode,
-            "timeout": timeout, "props": settings.props, "given": settings.given, "prefix": settings.prefix},
+            "timeout": timeout, "client": dataclasses.asdict(settings)},
             "the coordination process")
 
     def start(self) -> None:
@@ -268,7 +269,7 @@ class CoordinatorProcess:
 
 def start(settings: dict[str, Any]) -> Any:
     """The request handler of the coordination process: its Coordinator's thread runs the election here."""
-    client = ClientSettings(props=settings["props"], given=settings["given"], prefix=settings["prefix"])
+    client = ClientSettings(**settings["client"])
     coordinator = Coordinator(settings["bootstrap"], client, Member(*settings["me"]), settings["topic"],
                               settings["group"], settings["mode"], settings["timeout"])
     coordinator.start()

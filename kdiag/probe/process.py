@@ -24,7 +24,7 @@ class ProbeProcess:
     def __init__(self, bootstrap_servers: str, config: ProbeConfig, instance: str, settings: ClientSettings):
         self.worker = WorkerProcess(__name__, {
             "bootstrap_servers": bootstrap_servers, "config": dataclasses.asdict(config), "instance": instance,
-            "props": settings.props, "given": settings.given, "prefix": settings.prefix},
+            "client": dataclasses.asdict(settings)},
             "the probe process")
 
     def start(self) -> None:
@@ -46,7 +46,7 @@ class ProbeProcess:
 
 def start(settings: dict[str, Any]) -> Any:
     """The request handler of the probe's process: its ProbeService runs on threads here."""
-    client = ClientSettings(props=settings["props"], given=settings["given"], prefix=settings["prefix"])
+    client = ClientSettings(**settings["client"])
     probe = ProbeService(settings["bootstrap_servers"], ProbeConfig(**settings["config"]), settings["instance"], client)
     probe.start()
     atexit.register(probe.stop)  # stdin closed: the daemon stops, and outstanding sends get their reports

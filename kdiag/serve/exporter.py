@@ -14,7 +14,7 @@ from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
 from kdiag import __version__
-from kdiag.core.quote import label_value
+from kdiag.core.quote import printable
 from kdiag.core.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
 from kdiag.runtime.pipeline import State
 from kdiag.core.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
@@ -43,12 +43,17 @@ def exposition_type(s: Sample) -> str:
 
 
 class ExportedMetric(Metric):
-    """A metric family whose label values are added in their exported form (label_value)."""
+    """A metric family whose label values are added as printable() text.
+
+    prometheus_client escapes only backslash, quote and newline; the other line breaks (\\r, \\x1c-\\x1e, \\x85,
+    \\u2028, ...) would split the cached lines, terminal controls reach whoever reads /metrics, and a lone surrogate
+    cannot be encoded at all. Process names, group ids and topics come from anyone: they are data, printed as text.
+    """
 
     def add_sample(self, name: str, labels: dict[str, str], value: float, *args, **kwargs) -> None:
         """Add a sample, its label values made printable."""
         if not all(v.isprintable() for v in labels.values()):
-            labels = {k: label_value(v) for k, v in labels.items()}
+            labels = {k: printable(v) for k, v in labels.items()}
         super().add_sample(name, labels, value, *args, **kwargs)
 
 
@@ -247,7 +252,7 @@ class StateCollector:
 
 def failing_lines(state: State) -> bytes:
     """One line per failing collector with its reason, for /healthz."""
-    return "".join(f"{label_value(name)}: {label_value(h.error[:MAX_REASON])}\n" for name, h in sorted(state.health.items())
+    return "".join(f"{printable(name)}: {printable(h.error[:MAX_REASON])}\n" for name, h in sorted(state.health.items())
                    if not h.success and h.error).encode()
 
 

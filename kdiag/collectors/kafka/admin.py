@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kdiag.collectors.kafka.admin_samples import HELP, samples_from_admin_state
@@ -37,7 +38,7 @@ class KafkaAdminCollector(Collector):
         self.worker = WorkerProcess("kdiag.kafka.admin_worker", {
             "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
             "quiet_groups_interval": quiet_groups_interval,
-            "props": settings.props, "given": settings.given, "prefix": settings.prefix}, "the AdminClient process")
+            "client": dataclasses.asdict(settings)}, "the AdminClient process")
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
 
     def fetch(self) -> dict[str, Any]:
