@@ -14,7 +14,7 @@ from big_host import CPUS, DISKS, NICS, QUEUES, write_big_host
 from rules_cycle import percentile
 
 from kdiag.config.settings import load_config
-from kdiag.app.daemon import load_rules, replay_collectors
+from kdiag.app.wiring import load_rules, replay_collectors
 from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording.recording import Recording

@@ -9,7 +9,7 @@ import sys
 import time
 
 from kdiag.config.settings import load_config
-from kdiag.app.daemon import host_collectors, load_rules
+from kdiag.app.wiring import host_collectors, load_rules
 from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.core.root import Root

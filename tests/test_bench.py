@@ -18,7 +18,7 @@ from kdiag.tools.bench import client as bench_client
 from kdiag.tools.bench import format as bench_format
 from kdiag.collectors.host.loadgen import LoadgenCollector, fetch_loadgen_state, samples_from_loadgen_state
 from kdiag.config.settings import Config
-from kdiag.app.daemon import load_rules
+from kdiag.app.wiring import load_rules
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.core.root import Root
 from kdiag.core.sample import format_samples

@@ -16,7 +16,7 @@ from kdiag.collectors import Collector
 from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
 from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.config.settings import ConfigError, load_config
-from kdiag.app.daemon import Background
+from kdiag.app.background import Background
 from kdiag.analysis.catalog import load_catalog
 from kdiag.analysis.engine import Engine
 from kdiag.serve.exporter import FamilyCache, Published, render_metrics

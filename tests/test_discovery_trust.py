@@ -22,7 +22,7 @@ from waiting import wait_until
 from kdiag.runtime.discovery import discover
 from kdiag.collectors.kafka.jmx import KafkaJmxCollector
 from kdiag.config.settings import load_config
-from kdiag.app.daemon import jmx_collector
+from kdiag.app.wiring import jmx_collector
 from kdiag.core.root import Root, SnapshotRoot
 
 NOBODY = 65534

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kdiag.config.settings import Config
-from kdiag.app.daemon import host_collectors
+from kdiag.app.wiring import host_collectors
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.serve.exporter import SCHEDULE_NOTE, Published, render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State

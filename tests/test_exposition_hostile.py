@@ -20,7 +20,7 @@ from kdiag.analysis.catalog import load_catalog
 from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.collectors.host.netclass import NetclassCollector
 from kdiag.config.settings import Config
-from kdiag.app.daemon import host_collectors
+from kdiag.app.wiring import host_collectors
 from kdiag.analysis.engine import Engine
 from kdiag.core.quote import printable
 from kdiag.serve.exporter import FamilyCache, Published, render_metrics

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 from big_host import CPUS, DISKS, NICS, QUEUES, disk_name, write_big_host
 
 from kdiag.config.settings import load_config
-from kdiag.app.daemon import replay
+from kdiag.app.wiring import replay
 from kdiag.recording.recording import Recording
 
 

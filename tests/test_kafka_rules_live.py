@@ -15,7 +15,7 @@ from waiting import wait_until
 
 from kdiag.tools.drill.faults import keyed_load
 from kdiag.config.settings import load_config
-from kdiag.app.daemon import kafka_collectors, load_rules
+from kdiag.app.wiring import kafka_collectors, load_rules
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.core.root import Root
 

@@ -9,7 +9,7 @@ import time
 from waiting import wait_until
 
 from kdiag.config.settings import Config
-from kdiag.app.daemon import host_collectors, load_rules
+from kdiag.app.wiring import host_collectors, load_rules
 from kdiag.serve.exporter import Published
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.core.root import Root

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kdiag.config.settings import Config
-from kdiag.app.daemon import host_collectors, replay
+from kdiag.app.wiring import host_collectors, replay
 from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.recording.recording import FORMAT, VERSION, Recording, RecordingError, record

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kdiag.config.settings import Config
-from kdiag.app.daemon import host_collectors
+from kdiag.app.wiring import host_collectors
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.recording.recording import Recording, record
 from kdiag.core.root import Root

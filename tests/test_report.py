@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kdiag.config.settings import Config
-from kdiag.app.daemon import load_rules
+from kdiag.app.wiring import load_rules
 from kdiag.analysis.engine import Engine
 from kdiag.runtime.pipeline import State
 from kdiag.report.text import render_text

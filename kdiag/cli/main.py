@@ -75,12 +75,13 @@ def _run_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from kdiag.app.build import build
     from kdiag.app.daemon import Daemon
     # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = _run_config(args)
     recording = Recording(args.from_) if args.from_ else None
-    daemon = Daemon(config, recording, reload_config=lambda: _run_config(args))
+    daemon = Daemon(build(config, recording), reload_config=lambda: _run_config(args))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: daemon.stop())
     signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
@@ -96,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from kdiag.app.daemon import load_rules, recorded_collectors, replay
+    from kdiag.app.wiring import load_rules, recorded_collectors, replay
     from kdiag.runtime.pipeline import CollectorSet, Pipeline
     from kdiag.report.text import render_text
     from kdiag.report.html import frozen
@@ -140,7 +141,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from kdiag.app.daemon import recorded_collectors
+    from kdiag.app.wiring import recorded_collectors
     from kdiag.runtime.pipeline import CollectorSet
     from kdiag.core.root import Root
 
@@ -152,7 +153,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
-    from kdiag.app.daemon import load_rules
+    from kdiag.app.wiring import load_rules
 
     rules = load_rules(_config(args))
     print(f"{len(rules)} rules OK")
@@ -160,7 +161,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_list(args: argparse.Namespace) -> int:
-    from kdiag.app.daemon import load_rules
+    from kdiag.app.wiring import load_rules
 
     for r in load_rules(_config(args)):
         print(f"{r.id:28} {r.kind:8} {r.severity:9} each {r.each:6} {r.scope:7} {r.source[:60]}")
@@ -169,7 +170,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
 
 def cmd_rules_export(args: argparse.Namespace) -> int:
     """`kdiag rules export`: write the generated files (all three when no target is named)."""
-    from kdiag.app.daemon import load_rules
+    from kdiag.app.wiring import load_rules
 
     targets = [t for t in ("prometheus", "alertmanager", "docs") if getattr(args, t)] or ["prometheus", "alertmanager", "docs"]
     if args.output and len(targets) != 1:

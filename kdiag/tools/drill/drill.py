@@ -20,7 +20,7 @@ from kdiag.collectors.host.stat import StatCollector
 from kdiag.collectors import Collector
 from kdiag.config.probe import ProbeConfig
 from kdiag.config.settings import load_config
-from kdiag.app.daemon import kafka_collectors, load_rules
+from kdiag.app.wiring import kafka_collectors, load_rules
 from kdiag.tools.drill.results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
                                  rule_for, waves)
 from kdiag.tools.drill.faults import Target, delete_leftover_topics, probe_running
@@ -370,7 +370,7 @@ def failed_checks(drill: Drill, fault: list[State]) -> list[str]:
 
 def run_replay(drill: Drill, recording_dir: Path) -> DrillResult:
     """A host fault the sandbox cannot make: its recording replayed through the same pipeline and report."""
-    from kdiag.app.daemon import replay
+    from kdiag.app.wiring import replay
     from kdiag.recording.recording import Recording
 
     config = load_config(None)

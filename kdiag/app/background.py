@@ -1,0 +1,72 @@
+"""Kafka collectors on their own schedule (AdminClient, JMX), their last good samples merged into each cycle."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+from kdiag.collectors import Collector
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.runtime.pipeline import CollectorSet, Health
+
+# An adaptive background run taking t seconds waits at least STRETCH * t (at most MAX_STRETCH intervals) for the next,
+# and one costing c CPU seconds (its child process's included) at least c / CPU_BUDGET: a quarter percent of one core.
+STRETCH = 20.0
+CPU_BUDGET = 0.0025
+# 4 x 15 s keeps two fetches inside the 120 s over which lag growth is measured.
+MAX_STRETCH = 4.0
+
+
+class Background:
+    """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
+
+    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False):
+        self.collectors = CollectorSet(collectors, timeout)
+        self.timeout = timeout
+        self.root = root
+        self.every = every
+        self.adaptive = adaptive
+        self.period = every  # every, or longer (adaptive) while runs take long
+        self._next = 0.0
+        self._runs = 0
+        self._samples: list[Sample] = []
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        """Collect now unless a slow last run stretched the period; a failed collector's samples are dropped, not kept."""
+        start = time.monotonic()
+        if self.adaptive and start < self._next:
+            return
+        if not any(c.ready() for c in self.collectors.collectors):
+            with self._lock:  # nothing new to collect (no JmxTool row since): the job is alive, its samples stay
+                self._at = start
+            return
+        samples = self.collectors.run(self.root)
+        self._runs += 1
+        # A fetch that takes long or costs much (tens of thousands of partitions, a thousand groups) spaces out the
+        # next ones so Kafka work stays a small share of the host; the job still fires every `every` and skips until
+        # then. The first run is left out: it pays for connecting and reading every config. A failed run is retried
+        # at the pace.
+        if self.adaptive and self._runs > 1:
+            took = time.monotonic() - start
+            health = self.collectors.health.values()
+            cost = sum(h.cpu for h in health)
+            stretched = min(max(self.every, took * STRETCH, cost / CPU_BUDGET), MAX_STRETCH * self.every)
+            self.period = stretched if all(h.success for h in health) else self.every
+        self._next = start + self.period - min(1.0, self.every / 2)
+        with self._lock:
+            self._samples, self._at = samples, time.monotonic()
+
+    def latest(self) -> tuple[list[Sample], dict[str, Health]]:
+        """The last samples and the health of each collector; none, and failed, when the job has not run for long."""
+        with self._lock:
+            samples, health = self._samples, {k: dataclasses.replace(h) for k, h in self.collectors.health.items()}
+            age = time.monotonic() - self._at
+        if age <= 2 * self.period + self.timeout:
+            return samples, health
+        for h in health.values():
+            h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
+        return [], health

@@ -1,0 +1,82 @@
+"""The composition root: one config (and maybe a recording) wired into the services a Daemon runs."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.analysis.catalog import Rule
+from kdiag.analysis.statefile import StateFile, state_path
+from kdiag.app.background import Background
+from kdiag.app.wiring import host_collectors, kafka_collectors, kafka_deadline, load_rules, replay_collectors
+from kdiag.config.settings import Config
+from kdiag.core.root import Root
+from kdiag.kafka.coordination import CoordinatorProcess, Member
+from kdiag.probe.process import ProbeProcess
+from kdiag.recording.recording import Recording
+from kdiag.runtime.pipeline import CollectorSet, Pipeline
+from kdiag.serve.exporter import Published
+from kdiag.serve.webserver import Exporter
+
+
+@dataclass
+class Services:
+    """Everything `kdiag run` runs, built and connected, none started."""
+
+    config: Config
+    recording: Recording | None
+    rules: list[Rule]
+    root: Root  # the live root, also the clock of the services' health
+    collectors: CollectorSet  # each cycle's, on the cycle's thread
+    background: list[Background]  # the Kafka collectors, each on its own schedule
+    pipeline: Pipeline
+    state_file: StateFile | None
+    published: Published
+    exporter: Exporter
+    probe: ProbeProcess | None  # the probe's and the election's librdkafka clients live in child processes
+    coordinator: CoordinatorProcess | None
+    pusher: AlertPusher | None
+
+
+def build(config: Config, recording: Recording | None = None) -> Services:
+    """Wire collectors, pipeline, state file, exporter, background jobs, probe, coordinator and pusher for config."""
+    rules = load_rules(config)
+    root = Root(config.procfs, config.sysfs)
+    collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config),
+                              config.collector_timeout)
+    background: list[Background] = []
+    if not recording:
+        # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle. JmxTool
+        # polls every kafka.jmx_interval by itself; its job looks each cycle whether a row came (ready()).
+        every = {"admin": config.kafka.interval, "jmx": config.interval}
+        for source, collector in kafka_collectors(config).items():
+            background.append(Background([collector], root, every[source], kafka_deadline(config),
+                                         adaptive=source == "admin"))
+    host = recording.host if recording else socket.gethostname()
+    kafka = config.kafka
+    pipeline = Pipeline(collectors, rules, host, config.history, config.signal_window, kafka.cluster_name,
+                        kafka.local_broker_id)
+    path = state_path(config.state_dir, replay=recording is not None)
+    state_file = StateFile(path, host) if path else None
+    if state_file:
+        pipeline.restore(state_file.load(rules, time.time()))
+    live_kafka = bool(kafka.bootstrap_servers) and not recording
+    probe = (ProbeProcess(kafka.bootstrap_servers, config.probe, host, kafka.client_settings)
+             if live_kafka and config.probe.enabled else None)
+    coordinator = (CoordinatorProcess(kafka.bootstrap_servers, kafka.client_settings, Member(host, kafka.local_broker_id),
+                                      kafka.coordination_topic, kafka.coordination_group, kafka.cluster_scope,
+                                      kafka.timeout) if live_kafka else None)
+    am = config.alertmanager
+    pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
+                          authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
+    interval = recording.interval if recording else config.interval
+    published = Published(stale_after(config, interval), kafka.max_series, interval)
+    return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
+                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher)
+
+
+def stale_after(config: Config, interval: float) -> float:
+    """How old the last published cycle may get before /healthz calls it stale."""
+    return 3 * interval + config.collector_timeout
