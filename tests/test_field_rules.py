@@ -57,6 +57,8 @@ def test_a_virtio_nic_at_line_rate_is_judged_once_its_speed_is_configured(record
     assert (d["rule"], d["subject"], d["evidence"]["link_speed_bytes"]) == ("nic_line_rate", "eth0", 1.25e9)
 
 
+# Each extracts a 28,000-member archive (23,000 of them /proc symlinks): 8 s of file-system work, not a unit test's.
+@pytest.mark.integration
 @pytest.mark.parametrize(("name", "rule", "comm"), [
     ("real-host-perf-test-on-broker.tar.gz", "loadgen_host_saturated", "java"),  # ProducerPerformance beside the lab
     ("real-host-metadata-walk.tar.gz", "foreign_metadata_scanner", "python3"),  # os.walk + stat in a log dir
