@@ -155,10 +155,10 @@ def children(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
+                stat = Path(f"/proc/{entry}/stat").read_bytes()  # a process name need not be UTF-8
             except OSError:
                 continue
-            if int(stat.rpartition(")")[2].split()[1]) == pid:
+            if int(stat.rpartition(b")")[2].split()[1]) == pid:
                 out.append(int(entry))
     return out
 

@@ -86,6 +86,32 @@ def test_a_broker_host_fills_every_unset_item_and_says_where_from(tmp_path, capl
     assert any(line.startswith("broker discovery: kafka.jmx_classpath = 3 entries in /opt/kafka/libs") for line in lines)
 
 
+# A Kafka 2.0 ZooKeeper-mode broker as seed 001 ran it: no listeners (host.name and port, removed in 3.0), and no
+# broker.id, so the id was generated at its first start and kept in the log dir's meta.properties.
+ZOOKEEPER_SERVER_PROPERTIES = """\
+zookeeper.connect=zk-1.example:2181,zk-2.example:2181/kafka
+port=9093
+host.name=0.0.0.0
+advertised.host.name=kafka-1.example
+log.dirs=/data/kafka
+"""
+
+
+def test_a_zookeeper_broker_host_of_the_2x_era(tmp_path, caplog):
+    root = host(tmp_path, {2000: broker_argv()}, {"/opt/kafka/config/server.properties": ZOOKEEPER_SERVER_PROPERTIES,
+                                                  "/data/kafka/meta.properties": "version=0\nbroker.id=1001\n"})
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
+        config = discover(load_config(), root)
+    assert config.kafka.local_broker_id == 1001
+    assert config.kafka.bootstrap_servers == "kafka-1.example:9093"  # advertised.host.name with port
+    assert config.processes.log_dirs == ["/data/kafka"]
+    lines = [r.getMessage() for r in caplog.records]
+    assert "broker discovery: kafka.local_broker_id = 1001 (broker.id in /data/kafka/meta.properties (generated))" in lines
+    assert any("ZooKeeper mode (zookeeper.connect)" in line for line in lines)
+    (broker,) = find_brokers(root)
+    assert broker.zookeeper and broker.ports == {9093} and not broker.problems
+
+
 def test_config_and_flags_win_over_each_discovered_item(tmp_path, caplog):
     root = host(tmp_path, {2000: broker_argv()}, {"/opt/kafka/config/server.properties": SERVER_PROPERTIES})
     given = load_config(overrides={"kafka.bootstrap_servers": "kafka-1.example:9092", "kafka.jmx": ["10.0.0.3:7071"],

@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from waiting import wait_until
 
-from kdiag.kafka.coordination import SESSION_TIMEOUT_MS, Coordinator, client_id, member_of
+from kdiag.kafka.coordination import SESSION_TIMEOUT_MS, STATE_SUFFIX, Coordinator, client_id, member_of
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import Member
 
@@ -47,7 +47,8 @@ def delete_topic(bootstrap: str, topic: str, group: str) -> None:
     # The coordinator takes the members' LeaveGroups asynchronously: the group may be non-empty for a moment.
     wait_until(lambda: admin.delete_consumer_groups([group], request_timeout=10)[group].exception(timeout=15) is None,
                60, f"group {group} deleted")
-    admin.delete_topics([topic], operation_timeout=10)[topic].result(timeout=15)
+    for future in admin.delete_topics([topic, topic + STATE_SUFFIX], operation_timeout=10).values():
+        future.result(timeout=15)
 
 
 def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
@@ -72,6 +73,15 @@ def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
         handover = time.monotonic() - t0
         print(f"\nhandover after a clean stop: {handover:.1f} s (session timeout {SESSION_TIMEOUT_MS / 1000:g} s)")
         assert overlaps == 0 and second is not first
+        # The reporter's state reaches every coordinator through the state topic; a standby's publish is dropped.
+        third = next(c for c in rest if c is not second)
+        third.publish({"from": "a standby"})
+        second.publish({"from": "the reporter"})
+        wait_until(lambda: all(c.published == {"from": "the reporter"} for c in rest), 60, "the record everywhere")
+        late = Coordinator(bootstrap, ClientSettings(), Member("late", None), topic, group, mode="never")
+        late.start()  # a daemon starting now reads the last record, not only what comes after
+        coordinators.append(late)
+        wait_until(lambda: late.published == {"from": "the reporter"}, 60, "the last record read by a newcomer")
     finally:
         for c in coordinators:
             c.stop()

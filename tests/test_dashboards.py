@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from promstack import ROOT, Stack, binary, get_json, query
 from waiting import wait_until
@@ -194,6 +194,10 @@ KAFKA_CHECKS = {
     ("kdiag-probe", "Sent, acked, failed per second/B"): "nonzero",
     # rate() of a counter that stays 0: a 0 series per broker.
     ("kdiag-probe", "Sent, acked, failed per second/C"): "brokers",
+    # The fixture's group committed offset 0 of the dash-* topic and never reads: its first record ages.
+    ("kdiag-kafka", "Consumer lag (seconds)/A"): "nonzero",
+    # The same group falls behind: +Inf (never) from the second fetch on.
+    ("kdiag-kafka", "Time to catch up/A"): "data",
 }
 PROBE_TOPIC = "kdiag-probe-dash"
 
@@ -234,7 +238,7 @@ def kafka_scraped(kafka_lab: dict, tmp_path_factory: pytest.TempPathFactory) -> 
     """A real Prometheus scraping, every second, a live kdiag with the Kafka collectors and the probe on the lab."""
     workdir = tmp_path_factory.mktemp("dashboards-kafka-stack")
     config = workdir / "kdiag.yml"
-    config.write_text(yaml.safe_dump({"kafka": {"interval": "5s", "jmx_interval": "5s"},
+    config.write_text(yaml.safe_dump({"kafka": {"interval": "5s", "jmx_interval": "5s", "cluster_scope": "always"},
                                       "probe": {"interval": 0.5, "topic": PROBE_TOPIC}}))
     bootstrap = kafka_lab["bootstrap"]
     brokers = set(kafka_lab["jmx"])
@@ -242,6 +246,9 @@ def kafka_scraped(kafka_lab: dict, tmp_path_factory: pytest.TempPathFactory) -> 
     topic = f"dash-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=len(brokers), replication_factor=len(brokers))])[topic].result(30)
+    lagging = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False})
+    lagging.commit(offsets=[TopicPartition(topic, p, 0) for p in range(len(brokers))], asynchronous=False)
+    lagging.close()
     stop = threading.Event()
     traffic = threading.Thread(target=keyed_traffic, args=(bootstrap, topic, stop), daemon=True)
     traffic.start()
@@ -265,6 +272,7 @@ def kafka_scraped(kafka_lab: dict, tmp_path_factory: pytest.TempPathFactory) -> 
         traffic.join(15)
         stack.close()
         admin.delete_topics([topic])[topic].result(30)
+        admin.delete_consumer_groups([topic])[topic].result(30)
 
 
 def test_kafka_checks_cover_every_kafka_panel() -> None:

@@ -168,8 +168,8 @@ def test_replay_drills_detect_their_host_fault_and_the_html_shows_a_timeline_eac
     text = page.read_text()
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
     dom = chromium_check(page, tmp_path)
-    assert dom.count('class="timeline"') == 2
-    assert dom.count('class="state firing"') >= 2 and dom.count('class="signal"') >= 4
+    assert dom.count('class="run"') == 2 and dom.count("fault injected") == 0  # replays made no fault window
+    assert dom.count('class="band firing"') >= 2 and dom.count('class="signal"') >= 4
 
 
 @pytest.mark.integration
@@ -178,7 +178,7 @@ def test_diagnose_html_of_a_recording_plots_each_diagnosis_evidence(tmp_path):
     run = kdiag("diagnose", "--from", str(RECORDINGS / "foreign-io-scanner"), "--format", "html", "-o", str(page))
     assert run.returncode == 0, run.stderr
     dom = chromium_check(page, tmp_path)
-    assert "foreign_io_scanner · pid" in dom and dom.count('class="timeline"') == 2
+    assert 'data-rule="foreign_io_scanner"' in dom and "Fix:" in dom and dom.count('class="run"') == 1
     assert dom.count('class="signal"') == 3  # read_bytes, rchar and the page cache change
 
 

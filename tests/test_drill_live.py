@@ -25,7 +25,8 @@ pytestmark = pytest.mark.drills
 breaking = pytest.mark.skipif("not config.getoption('own_lab')",
                               reason="stops brokers or sets cluster-wide configs: --own-lab, on a lab of your own")
 # The drills that stop brokers or set cluster-wide configs.
-BREAKING = {"forced-fsync-broker", "broker-kill", "broker-freeze", "follower-stopped", "probe-loss"}
+BREAKING = {"forced-fsync-broker", "broker-kill", "broker-freeze", "follower-stopped", "probe-loss", "broker-stall",
+            "broker-throttled"}
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ def test_an_interrupted_drill_reverts_its_fault(cluster):
 
 @breaking
 @pytest.mark.parametrize(("name", "sig"), [("forced-fsync-broker", signal.SIGINT), ("broker-kill", signal.SIGTERM),
-                                           ("probe-loss", signal.SIGINT)])
+                                           ("probe-loss", signal.SIGINT), ("broker-stall", signal.SIGTERM)])
 def test_an_interrupted_cluster_drill_reverts_configs_and_brokers(cluster, name, sig):
     rc, results, err = interrupt_mid_injection(name, sig)
     assert rc == 130 and results[0]["reverted"], err

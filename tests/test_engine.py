@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import subprocess
@@ -389,3 +390,15 @@ def test_shipped_rules_name_their_scope():
     text = "".join(p.read_text() for p in default_rules_dir().glob("*.yaml"))
     assert text.count("\n  scope: ") == len(rules)
     assert {r.id for r in rules if r.scope == "cluster"} >= {"partition_skew", "broker_down", "consumer_lag_growing"}
+
+
+def test_undecodable_subject_names_are_evaluated_not_fatal(tmp_path):
+    # os.listdir and os.readlink give bytes that are not UTF-8 as lone surrogates, which CEL refuses to convert: one
+    # such subject made Engine.evaluate raise, and with it the whole cycle (Pipeline.step), every cycle.
+    odd = os.fsdecode(b"eth\x80")
+    rules = rules_from(tmp_path, NIC_RULE.replace("host.cpu_count > 100.0", "host.name != ''"))
+    data = signals({odd: 5000.0, "eth0": 5000.0})
+    data["host"]["host"]["name"] = os.fsdecode(b"host\xff")
+    active = Engine(rules).evaluate(0, data)
+    assert [(d.rule.id, d.subject) for d in active] == [("busy_nic", "eth0"), ("busy_nic", odd), ("slow", "host\udcff")]
+    assert active[1].summary.startswith(odd)

@@ -3,12 +3,15 @@
 Each daemon is a `kdiag run` process configured as one broker's host (kafka.local_broker_id 1, 2, 3). A topic
 whose partitions are all led by broker 1 must raise exactly one partition_skew alert in Alertmanager, exported by
 exactly one daemon; stopping that daemon hands the diagnosis to another within three of its cycles, and the
-alert stays exactly one. The handover time is printed (run with -s to see it).
+alert stays exactly one. Killing the next reporter with SIGKILL hands it to the last daemon with the same since, and
+Alertmanager never sees it resolve (same startsAt). The handover times and the gap in the sum of
+kdiag_diagnosis_active over the daemons are printed (run with -s to see them).
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import re
 import time
 import urllib.request
@@ -113,6 +116,7 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
                 entry = wait_until(lambda a=a: (d := listed(a, topic)) and d.get("reported_by") and d, 300,
                                    f"partition_skew listed by {a}", stack.logs)
                 assert entry["scope"] == "cluster" and entry["reported_by"]["broker_id"] == broker_of[reporter]
+            since = listed(reporter, topic)["since"]
             total = f'sum(kdiag_diagnosis_active{{rule="partition_skew",subject="{topic}"}})'
 
             def one_in_prometheus() -> bool:
@@ -153,6 +157,26 @@ def test_three_daemons_raise_one_skew_alert_and_hand_it_over(kafka_lab: dict, tm
                 time.sleep(0.5)
             assert overlaps == 0 and len(now) == 1
             assert listed(now[0], topic)["reported_by"]["broker_id"] == broker_of[now[0]]
+            assert listed(now[0], topic)["since"] == since  # the successor started from the published diagnosis
+
+            # SIGKILL the new reporter while partition_skew fires: the last daemon takes it over from the published
+            # state, and Alertmanager keeps the one alert with its startsAt (no resolve, no re-fire).
+            (alert,) = skew_alerts(alertmanager, topic)
+            killed, last = now[0], [a for a in rest if a != now[0]]
+            t0, taken_over = time.monotonic(), None
+            procs[addresses.index(killed)].kill()
+            while taken_over is None or time.monotonic() - t0 < taken_over + 6 * INTERVAL:
+                alerts = skew_alerts(alertmanager, topic)
+                assert [a["startsAt"] for a in alerts] == [alert["startsAt"]], (alert, alerts)
+                if taken_over is None and exporting(last, topic):
+                    taken_over = time.monotonic() - t0
+                assert time.monotonic() - t0 < 300, "no daemon took partition_skew over within 300 s of the SIGKILL"
+                time.sleep(0.5)
+            assert listed(last[0], topic)["since"] == since
+            span = math.ceil(time.monotonic() - t0) + 5
+            gap = query(prometheus, f"sum_over_time((({total} or vector(0)) == bool 0)[{span}s:1s])")
+            print(f"handover after SIGKILL of the reporter: {taken_over:.1f} s; the sum over the daemons was 0 for "
+                  f"{gap[0]['value'][1] if gap else '?'} of the last {span} s; Alertmanager kept {alert['startsAt']}")
     finally:
         stack.close()
         # Only now that every client that saw them is closed (librdkafka #5093): drop the test's topics and group.

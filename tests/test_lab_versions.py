@@ -57,3 +57,16 @@ def test_jvm_opts_are_options(monkeypatch):
     assert lab_nodes.jvm_opts("-XX:+UseParallelGC") == ["-XX:+UseParallelGC"]
     with pytest.raises(LabError, match="not a JVM option"):
         lab_nodes.jvm_opts("-Xmx1g; rm")
+
+
+def test_a_zookeeper_client_that_cannot_connect_on_new_java_is_one_line(monkeypatch):
+    """Kafka 2.0-2.5.0 on Java 14+: the cause is early in server.log, the error's tail shows only the shutdown."""
+    monkeypatch.setattr(lab_versions, "java_major", lambda: 17)
+    tail = LabError("node 1 exited during startup; last lines of node-1/server.log:\nERROR Exiting Kafka.")
+    log = ("WARN Session 0x0 for server 127.0.0.1/<unresolved>:9602, unexpected error\n"
+           "java.nio.channels.UnresolvedAddressException\n\tat java.base/sun.nio.ch.Net.checkAddress(Net.java:149)\n")
+    error = lab_versions.explain_start_failure("2.0.1", tail, log)
+    first, _, rest = str(error).partition("\n")
+    assert first.startswith("Kafka 2.0.1 does not start on Java 17: its ZooKeeper client") and "ZOOKEEPER-3779" in first
+    assert rest == str(tail) and error.exit_code == 2
+    assert lab_versions.explain_start_failure("2.0.1", tail) is tail  # no signature anywhere: the error as it was

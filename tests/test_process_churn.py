@@ -28,7 +28,7 @@ def leftovers(pipeline: Pipeline, published: Published, pids: set[str]) -> list[
     procs = next(c for c in pipeline.collectors.collectors if c.name == "processes")
     places = {
         "history": [dict(key[1]).get("pid") for key in pipeline.history._points],
-        "processes collector": [str(pid) for pid, _ in procs._previous],
+        "processes collector": [str(pid) for pid in procs.table.known],
         "engine held": [sid for _, sid in held(pipeline)],
         "engine active": [d.subject.split()[1] for d in pipeline.engine.active.values() if d.subject.startswith("pid ")],
         "exposition": [pid for pid in pids if f'pid="{pid}"'.encode() in published.metrics],

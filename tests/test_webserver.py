@@ -118,6 +118,9 @@ def test_curl_over_tls_needs_the_password(tls_kdiag):
     assert tls_kdiag.curl("/metrics")[0] == 401
     assert tls_kdiag.curl("/api/diagnoses")[0] == 401
     assert tls_kdiag.curl("/api/diagnoses", "-u", f"prom:{PASSWORD}")[0] == 200
+    assert tls_kdiag.curl("/")[0] == 401 and tls_kdiag.curl("/api/page")[0] == 401  # the page, behind the same login
+    status, page = tls_kdiag.curl("/", "-u", f"prom:{PASSWORD}")
+    assert status == 200 and page.startswith(b"<!DOCTYPE html>")
     # /healthz stays open for liveness probes, with the status line only.
     assert tls_kdiag.curl("/healthz") == (200, b"ok\n")
     assert PASSWORD not in tls_kdiag.log.read_text()

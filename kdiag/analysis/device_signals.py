@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from kdiag.core.blockdev import is_stacked
 from kdiag.core.history import History
-from kdiag.analysis.signals import Signals, latest_by, latest_per, one, put, rates_by, rates_per, ratio, series_change, shares, subject
+from kdiag.analysis.host_cause_signals import DISK_SCHEMA, PROC_SCHEMA, disk_cause_signals, proc_wait_signals
+from kdiag.analysis.signals import (Signals, cpu_mode_rates, latest_by, latest_per, one, put, rates_by, rates_per, ratio,
+                                    series_change, shares, subject)
 
 
 @subject("nic", {
@@ -23,6 +25,7 @@ from kdiag.analysis.signals import Signals, latest_by, latest_per, one, put, rat
     "irq_cpu0_share": "share of this NIC's interrupts handled on CPU0 (0-1)",
     "irq_top_cpu_share": "share of this NIC's interrupts handled on its busiest CPU (0-1)",
     "irq_top_cpu": "the CPU handling most of this NIC's interrupts",
+    "irq_top_cpu_softirq_share": "share of that CPU's time in softirq (0-1)",
 })
 def nic_signals(history: History, window: float) -> dict[str, Signals]:
     """Traffic, packet size, link use and IRQ spread per network interface (lo excluded)."""
@@ -39,6 +42,7 @@ def nic_signals(history: History, window: float) -> dict[str, Signals]:
     irq_ids: dict[str, set[str]] = {}
     for nic, irq in latest_by(history, "kdiag_interrupts_total", "interface", "irq"):
         irq_ids.setdefault(nic, set()).add(irq)
+    cpus = cpu_mode_rates(history, window)
     out = {}
     for dev in sorted(set(rx_packets) | set(tx_packets)):
         if dev == "lo":
@@ -63,6 +67,8 @@ def nic_signals(history: History, window: float) -> dict[str, Signals]:
             irq_cpu0_share=irq_cpu0,
             irq_top_cpu_share=irq_top,
             irq_top_cpu=irq_top_cpu,
+            irq_top_cpu_softirq_share=ratio(cpus.get(irq_top_cpu or "", {}).get("softirq"),
+                                            sum(cpus.get(irq_top_cpu or "", {}).values())),
         )
     return out
 
@@ -116,6 +122,7 @@ def filesystem_space(history: History) -> dict[str, tuple[float, float, float | 
     "log_fs_free_share": "free share of the fullest filesystem holding a Kafka log dir on this device (0-1)",
     "log_fs_avail_bytes": "bytes available on that filesystem",
     "log_fs_seconds_to_full": f"seconds until that filesystem is full at its growth over the last {FILL_SECONDS:.0f} s",
+    **DISK_SCHEMA,
 })
 def disk_signals(history: History, window: float) -> dict[str, Signals]:
     """iostat-style utilisation, throughput and latency per block device."""
@@ -133,6 +140,7 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
     log_dirs = latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint")
     noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
     space = filesystem_space(history)
+    causes = disk_cause_signals(history, window)
     out = {}
     for dev in sorted(busy):
         log_mounts = [m for d, m in log_dirs if d == dev]
@@ -159,6 +167,7 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
             log_fs_avail_bytes=fullest[1] if fullest else None,
             log_fs_seconds_to_full=fullest[2] if fullest else None,
         )
+        out[dev].update(causes.get(dev, {}))
     return out
 
 
@@ -177,6 +186,7 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
     "heap_max_bytes": "the JVM's -Xmx",
     "is_load_generator": "1 for a Kafka perf-test tool (kafka-producer-perf-test and friends)",
     "gc_cpu_share": "share of this JVM's CPU time spent by its garbage collector threads (0-1)",
+    **PROC_SCHEMA,
 })
 def proc_signals(history: History, window: float) -> dict[str, Signals]:
     """Per-process I/O and identity for the broker and the top readers."""
@@ -191,6 +201,7 @@ def proc_signals(history: History, window: float) -> dict[str, Signals]:
     heap = latest_per(history, "kdiag_process_jvm_max_heap_bytes", "pid")
     load_generator = latest_per(history, "kdiag_process_is_load_generator", "pid")
     gc_cpu = rates_per(history, "kdiag_process_gc_cpu_seconds_total", window, "pid")
+    waits = proc_wait_signals(history, window)
     out = {}
     for labels, _, _ in history.series("kdiag_process_info"):
         pid = labels["pid"]
@@ -211,4 +222,5 @@ def proc_signals(history: History, window: float) -> dict[str, Signals]:
             is_load_generator=load_generator.get(pid),
             gc_cpu_share=ratio(gc_cpu.get(pid), cpu.get(pid)),
         )
+        out[pid].update(waits.get(pid, {}))
     return out

@@ -57,6 +57,17 @@ def render(template: str, scope: dict[str, Signals]) -> str:
     return TEMPLATE_FIELD.sub(fill, template)
 
 
+def _put(context: cel.Context, variables: dict[str, Signals]) -> None:
+    """Hand variables to CEL, which takes only valid Unicode: a lone surrogate (a /sys name or link that was not UTF-8,
+    as os.listdir and os.readlink decode it) goes in as U+FFFD; the subject keeps its real name everywhere else."""
+    try:
+        context.update(variables)
+    except ValueError:
+        context.update({var: {name: value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+                              if isinstance(value, str) else value for name, value in signals.items()}
+                        for var, signals in variables.items()})
+
+
 class _KindHeld(NamedTuple):
     """What one subject kind's last evaluation stood on and found."""
 
@@ -94,7 +105,8 @@ class Engine:
         held_now: dict[str, _KindHeld] = {}
         # Converting signals to CEL values is the expensive part: the globals once per cycle, `it` once per subject
         # (a fresh Context per subject cost 0.4 ms each on a 128-CPU host, 80 ms a cycle).
-        context = cel.Context(globals_)
+        context = cel.Context()
+        _put(context, globals_)
         for each, rules in self._by_subject.items():
             subjects = signals.get(each, {})
             reads = [globals_[g] for g in self._reads[each]]
@@ -128,7 +140,7 @@ class Engine:
         return each != "broker" or self.local_brokers is None or sid in self.local_brokers
 
     def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals) -> list[Rule]:
-        context.update({"it": subject})
+        _put(context, {"it": subject})
         return [rule for rule in rules if self._holds(rule, context)]
 
     def current(self) -> list[Diagnosis]:

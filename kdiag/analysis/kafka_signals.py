@@ -8,7 +8,10 @@ import statistics
 from collections import deque
 
 from kdiag.kafka import jvm_gc
+from kdiag.core.units import format_duration
 from kdiag.core.history import History
+from kdiag.analysis.latency_outliers import (REQUEST_SIGNALS, longest_gc_pauses, probe_outliers, slowest_request_part,
+                                             window_quantiles)
 from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
 
 LAG_GROWTH_SECONDS = 120.0
@@ -75,12 +78,24 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
     "request_handler_idle_ratio": "request handler threads' idle share (0-1)",
     "network_processor_idle_ratio": "network threads' idle share (0-1)",
     "request_queue_size": "requests waiting for a handler thread",
-    **{f"produce_{p}_time_p99_seconds": f"99th percentile of produce request {p.replace('_', ' ')} time"
-       for p in PRODUCE_PHASES},
+    **{f"{kind}_{p}_time_p99_seconds": f"99th percentile of {request} request {p.replace('_', ' ')} time"
+       for request, kind in REQUEST_SIGNALS.items() for p in PRODUCE_PHASES},
+    "slow_request_part": "the request phase with the highest p99 here (Kafka's RequestMetrics split per request type), "
+                         "what it means and its ratio to the other brokers' same phase",
+    "probe_p99_seconds": "the probe's p99 through partitions this broker leads over the signal window (the larger of "
+                         "produce and end to end)",
+    "probe_peers_p99_seconds": "the median of the other brokers' probe p99",
+    "probe_history_p99_seconds": "the lower quartile of this broker's probe p99 over the past 20 signal windows",
+    "probe_latency_vs_peers": "this broker's probe p99 over the median of the other brokers' (the larger of the produce "
+                              "and end-to-end ratios)",
+    "probe_latency_vs_history": "this broker's probe p99 over its own lower quartile of the past 20 signal windows (the larger "
+                                "of the produce and end-to-end ratios; absent before 4 windows of history)",
     "under_replicated_partitions": "partitions led here with fewer in-sync replicas than replicas",
     "under_min_isr_partitions": "partitions led here below min.insync.replicas",
     "isr_shrinks_per_second": "ISR shrinks per second",
     "gc_seconds_per_second": "JVM garbage collection seconds per second",
+    "gc_pause_longest_seconds": "the longest stop-the-world GC pause in the last 5 minutes, as the mean pause between two "
+                                "JMX reads (exact when one collection fell between them, else a lower bound)",
     **{name: f"broker config {key}" for key, name in BROKER_CONFIGS.items()},
     "messages_per_produce_request": "messages produced per produce request (1 means no batching at all)",
     "slowness_vs_peers": "this broker's produce local time and log flush time p99 over the median of the other brokers' "
@@ -121,9 +136,11 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             flush_places[b].append(place)
     topics_led = topic_rates_by_leader(history, window)
     slowness = slowness_ratios(history)
+    outliers = probe_outliers(history, window)
+    gc_pauses = longest_gc_pauses(history)
     total_leaders = sum(leaders.values())
     total_bytes_in = sum(bytes_in.values())
-    ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle)
+    ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle) | set(outliers)
     out = {}
     for b in sorted(ids):
         out[b] = put(
@@ -154,7 +171,15 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             under_min_isr_partitions=under_min.get(b),
             isr_shrinks_per_second=shrinks.get(b),
             gc_seconds_per_second=gc.get(b),
-            **{f"produce_{p}_time_p99_seconds": times.get((b, "Produce", p, "0.99")) for p in PRODUCE_PHASES},
+            gc_pause_longest_seconds=gc_pauses.get(b),
+            **{f"{kind}_{p}_time_p99_seconds": times.get((b, request, p, "0.99"))
+               for request, kind in REQUEST_SIGNALS.items() for p in PRODUCE_PHASES},
+            slow_request_part=slowest_request_part(times, b),
+            probe_p99_seconds=outliers.get(b, {}).get("p99"),
+            probe_peers_p99_seconds=outliers.get(b, {}).get("peers_p99"),
+            probe_history_p99_seconds=outliers.get(b, {}).get("history_p99"),
+            probe_latency_vs_peers=outliers.get(b, {}).get("vs_peers"),
+            probe_latency_vs_history=outliers.get(b, {}).get("vs_history"),
             **{name: configs.get((b, key)) for key, name in BROKER_CONFIGS.items()},
             log_flush_set_in=" and ".join(sorted(flush_places.get(b, []))) or None,
         )
@@ -318,6 +343,10 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     "lag_growth_per_second": f"change of the lag per second over the last {LAG_GROWTH_SECONDS:.0f} s (> 0: falling behind)",
     "membership_changes_per_minute": f"changes of member count or Stable state per minute over the last {CHURN_SECONDS:.0f} s",
     "stable": "1 while the group is Stable",
+    "lag_seconds": "how long ago the log end was where its committed offset is now, on its furthest-behind topic",
+    "catch_up_seconds": "seconds until the lag is gone at the current consume and write rates (absent when never)",
+    "catch_up": "when the lag is gone at the current consume and write rates: 'in 5m 20s', 'now', or 'never' while "
+                "the group reads slower than its topics are written",
 })
 def group_signals(history: History, window: float) -> dict[str, Signals]:
     """Members, idle members, lag and its growth per consumer group."""
@@ -337,10 +366,31 @@ def group_signals(history: History, window: float) -> dict[str, Signals]:
         for labels, points, _ in history.series(name):
             if (changes := changes_per_minute(points, CHURN_SECONDS)) is not None:
                 churn.setdefault(labels.get("group", ""), []).append(changes)
+    lag_seconds = largest_per_group(history, "kdiag_consumer_lag_seconds")
+    catch_up_seconds = largest_per_group(history, "kdiag_consumer_catch_up_seconds")
     return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
                    lag_growth_per_second=growth.get(g), stable=stable.get(g),
-                   membership_changes_per_minute=sum(churn[g]) if g in churn else None)
+                   membership_changes_per_minute=sum(churn[g]) if g in churn else None,
+                   lag_seconds=lag_seconds.get(g), **catch_up(catch_up_seconds.get(g)))
             for g, n in sorted(members.items())}
+
+
+def largest_per_group(history: History, name: str) -> dict[str, float]:
+    """Per group, the largest latest value of a gauge over its topics."""
+    out: dict[str, float] = {}
+    for labels, points, _ in history.series(name):
+        group = labels.get("group", "")
+        out[group] = max(out.get(group, -math.inf), points[-1][1])
+    return out
+
+
+def catch_up(seconds: float | None) -> dict[str, float | str]:
+    """catch_up_seconds and its text from a group's time to catch up (+Inf: never, and no catch_up_seconds)."""
+    if seconds is None:
+        return {}
+    if math.isinf(seconds):
+        return {"catch_up": "never"}
+    return {"catch_up_seconds": seconds, "catch_up": f"in {format_duration(seconds)}" if seconds > 0 else "now"}
 
 
 def changes_per_minute(points: deque[tuple[float, float]], seconds: float) -> float | None:
@@ -350,31 +400,6 @@ def changes_per_minute(points: deque[tuple[float, float]], seconds: float) -> fl
     if span < 60.0:
         return None
     return sum(1 for (_, a), (_, b) in itertools.pairwise(recent) if a != b) / (span / 60.0)
-
-
-def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
-    """Prometheus-style quantile from cumulative bucket counts {upper bound: count}, None without data."""
-    bounds = sorted(buckets)
-    if not bounds or buckets[bounds[-1]] <= 0:
-        return None
-    rank = q * buckets[bounds[-1]]
-    lower, below = 0.0, 0.0
-    for bound in bounds:
-        count = buckets[bound]
-        if count >= rank:
-            if math.isinf(bound):
-                return lower
-            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
-        lower, below = bound, count
-    return lower
-
-
-def window_quantiles(history: History, name: str, window: float, q: float) -> dict[str, float]:
-    """Quantile per broker_id of the observations a histogram gained over the window."""
-    increases: dict[str, dict[float, float]] = {}
-    for (broker, le), r in rates_by(history, f"{name}_bucket", window, "broker_id", "le").items():
-        increases.setdefault(broker, {})[float(le)] = r
-    return {b: v for b, buckets in increases.items() if (v := histogram_quantile(q, buckets)) is not None}
 
 
 @subject("probe", {

@@ -9,7 +9,7 @@ from kdiag.core.sample import Sample
 from kdiag.kafka.coordination import Member, Reporting
 
 # Series about the cluster or its brokers (AdminClient, broker JMX with its JVM, the probe): they carry `cluster`.
-KAFKA_PREFIXES = ("kdiag_kafka_", "kdiag_jvm_", "kdiag_probe_")
+KAFKA_PREFIXES = ("kdiag_kafka_", "kdiag_consumer_", "kdiag_jvm_", "kdiag_probe_")
 CLUSTER_INFO = "kdiag_kafka_cluster_info"
 
 

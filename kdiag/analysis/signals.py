@@ -178,6 +178,7 @@ def change_over(history: History, name: str, seconds: float) -> float | None:
     "tcp_retransmit_ratio": "TCP segments retransmitted per segment sent (0-1)",
     "softnet_dropped_per_second": "packets dropped per second because a CPU's backlog was full",
     "softnet_squeezed_per_second": "NET_RX runs per second that ran out of budget with work left",
+    "steal_share": "share of all CPUs' time the hypervisor gave to other guests while this one had work (0-1)",
 })
 def host_signals(history: History, window: float) -> dict[str, Signals]:
     """Host-wide CPU, softirq, swap, page cache and TCP signals."""
@@ -219,5 +220,6 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
         tcp_retransmit_ratio=ratio(total(rates_by(history, "kdiag_netstat_Tcp_RetransSegs_total", window)), out_segs),
         softnet_dropped_per_second=total(rates_by(history, "kdiag_softnet_dropped_total", window)),
         softnet_squeezed_per_second=total(rates_by(history, "kdiag_softnet_times_squeezed_total", window)),
+        steal_share=ratio(sum(m.get("steal", 0.0) for m in cpus.values()), sum(sum(m.values()) for m in cpus.values())),
     )
     return {"host": s}

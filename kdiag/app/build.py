@@ -10,12 +10,15 @@ from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.analysis.catalog import Rule
 from kdiag.analysis.statefile import StateFile, state_path
 from kdiag.app.background import Background
+from kdiag.collectors import Collector
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.app.wiring import host_collectors, kafka_collectors, kafka_deadline, load_rules, replay_collectors
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.kafka.coordination import CoordinatorProcess, Member
 from kdiag.probe.process import ProbeProcess
 from kdiag.recording.recording import Recording
+from kdiag.runtime.handover import Handover
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.serve.exporter import Published
 from kdiag.serve.webserver import Exporter
@@ -38,6 +41,7 @@ class Services:
     probe: ProbeProcess | None  # the probe's and the election's librdkafka clients live in child processes
     coordinator: CoordinatorProcess | None
     pusher: AlertPusher | None
+    handover: Handover | None = None  # cluster scope shared through the election's state topic
 
 
 def build(config: Config, recording: Recording | None = None) -> Services:
@@ -47,11 +51,13 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config),
                               config.collector_timeout)
     background: list[Background] = []
+    live: dict[str, Collector] = {}
     if not recording:
         # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle. JmxTool
         # polls every kafka.jmx_interval by itself; its job looks each cycle whether a row came (ready()).
         every = {"admin": config.kafka.interval, "jmx": config.interval}
-        for source, collector in kafka_collectors(config).items():
+        live = kafka_collectors(config)
+        for source, collector in live.items():
             background.append(Background([collector], root, every[source], kafka_deadline(config),
                                          adaptive=source == "admin"))
     host = recording.host if recording else socket.gethostname()
@@ -69,12 +75,19 @@ def build(config: Config, recording: Recording | None = None) -> Services:
                                       kafka.coordination_topic, kafka.coordination_group, kafka.cluster_scope,
                                       kafka.timeout) if live_kafka else None)
     am = config.alertmanager
+    handover = None
+    if coordinator and coordinator.worker:
+        admin = live.get("admin")
+        assert admin is None or isinstance(admin, KafkaAdminCollector)
+        if admin is not None:
+            admin.full = False  # until elected: the reporter alone reads cluster-wide state
+        handover = Handover(host, admin)
     pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
                           authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
     interval = recording.interval if recording else config.interval
     published = Published(stale_after(config, interval), kafka.max_series, interval)
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
-                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher)
+                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, handover)
 
 
 def stale_after(config: Config, interval: float) -> float:

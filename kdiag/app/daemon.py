@@ -18,7 +18,9 @@ from kdiag.app.wiring import kafka_deadline, load_rules
 from kdiag.config.settings import Config, ConfigError
 from kdiag.core.root import SnapshotRoot
 from kdiag.core.sample import Sample
+from kdiag.kafka.jars import kafka_version
 from kdiag.probe.metrics import HELP as PROBE_HELP
+from kdiag.report.page import LivePage
 from kdiag.runtime.pipeline import Health, State
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ class Daemon:
         self.probe = services.probe
         self.coordinator = services.coordinator
         self.pusher = services.pusher
+        # The page at / with its evidence over the history window.
+        self.page = LivePage(self.config.history, kafka_version(self.config.kafka.jmx_classpath))
         self._live_root = services.root
         self.scheduler = BackgroundScheduler(timezone="UTC")
         # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
@@ -84,7 +88,11 @@ class Daemon:
     def _publish(self, state: State) -> None:
         if self.coordinator:
             state.reporting = self.coordinator.reporting()
+            if self.services.handover:
+                self.services.handover.step(state, self.pipeline.engine, self.coordinator)
         self.published.publish(state, self._help())
+        if drawn := self.page.update(state, self._interval()):
+            self.published.publish_page(*drawn)
         if self.state_file:
             self.state_file.save(state.diagnoses)
         if self.pusher:

@@ -9,8 +9,12 @@ from pathlib import Path
 from kdiag.analysis.catalog import Rule, default_rules_dir, load_catalog
 from kdiag.collectors import Collector
 from kdiag.collectors.host.block import BlockCollector
+from kdiag.collectors.host.blockerrors import BlockErrorsCollector
+from kdiag.collectors.host.brokerpids import BrokerPids
+from kdiag.collectors.host.cgroup_cpu import CgroupCpuCollector
 from kdiag.collectors.host.diskstats import DiskstatsCollector
 from kdiag.collectors.host.interrupts import InterruptsCollector
+from kdiag.collectors.host.jbd2 import Jbd2Collector
 from kdiag.collectors.host.loadavg import LoadavgCollector
 from kdiag.collectors.host.loadgen import LoadgenCollector
 from kdiag.collectors.host.meminfo import MeminfoCollector
@@ -19,6 +23,7 @@ from kdiag.collectors.host.netclass import NetclassCollector
 from kdiag.collectors.host.netdev import NetdevCollector
 from kdiag.collectors.host.netstat import NetstatCollector
 from kdiag.collectors.host.processes import ProcessesCollector
+from kdiag.collectors.host.schedstat import SchedstatCollector
 from kdiag.collectors.host.softirqs import SoftirqsCollector
 from kdiag.collectors.host.softnet import SoftnetCollector
 from kdiag.collectors.host.stat import StatCollector
@@ -37,9 +42,17 @@ def host_collectors(config: Config) -> list[Collector]:
         NetstatCollector(), NetclassCollector({n: c.speed_mbps for n, c in config.nics.items() if c.speed_mbps}),
         DiskstatsCollector(), BlockCollector(), VmstatCollector(),
         MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(),
-        ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline),
+        ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline,
+                           broker_user=config.kafka.broker_user),
         LoadgenCollector(config.loadgen.stats_dir),
+        BlockErrorsCollector(), Jbd2Collector(), *broker_collectors(),
     ]
+
+
+def broker_collectors() -> list[Collector]:
+    """The collectors of the broker processes' own files, sharing one cached lookup of their pids."""
+    brokers = BrokerPids()
+    return [CgroupCpuCollector(brokers), SchedstatCollector(brokers)]
 
 
 def admin_collector(config: Config) -> Collector:
@@ -50,7 +63,7 @@ def admin_collector(config: Config) -> Collector:
     return KafkaAdminCollector(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series,
                                kafka.client_settings, kafka.expected_brokers, partition_series=kafka.partition_series,
                                group_series=kafka.group_series, configs_interval=kafka.configs_interval,
-                               quiet_groups_interval=kafka.quiet_groups_interval)
+                               quiet_groups_interval=kafka.quiet_groups_interval, local_broker=kafka.local_broker_id)
 
 
 def jmx_collector(config: Config) -> Collector:

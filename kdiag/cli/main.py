@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -75,11 +76,12 @@ def _run_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from kdiag.app.build import build
-    from kdiag.app.daemon import Daemon
     # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     config = _run_config(args)
+    from kdiag.app.build import build
+    from kdiag.app.daemon import Daemon
+
     recording = Recording(args.from_) if args.from_ else None
     daemon = Daemon(build(config, recording), reload_config=lambda: _run_config(args))
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -128,7 +130,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
                             config.kafka.local_broker_id)
         root = Root(config.procfs, config.sysfs)
         steps = max(2, int(args.duration // args.step) + 1)
-        print(f"sampling {steps} times, every {args.step:g}s ...", file=sys.stderr, flush=True)
+        print(f"sampling {steps} times, every {args.step:g}s, for about {(steps - 1) * args.step:g}s: "
+              f"{describe_sources(pipeline.collectors.collectors, config)} ...", file=sys.stderr, flush=True)
         for i in range(steps):
             state = pipeline.step(root)
             if i + 1 < steps:
@@ -136,8 +139,22 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(state.to_json(), indent=1))
     else:
-        print(render_text(state), end="")
+        print(render_text(state, color=wants_color(sys.stdout)), end="")
     return 0
+
+
+def wants_color(stream) -> bool:
+    """Colour only on a terminal, and not when NO_COLOR is set to anything (https://no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def describe_sources(collectors: list, config: Config) -> str:
+    """What a live diagnose reads: the host's /proc and /sys sources, and Kafka when configured."""
+    names = [c.name for c in collectors]
+    kafka = [n for n in names if n.startswith("kafka")]
+    host = [n for n in names if n not in kafka]
+    where = f"{config.procfs} and {config.sysfs} ({', '.join(host)})"
+    return where + (f" and Kafka at {config.kafka.bootstrap_servers} ({', '.join(kafka)})" if kafka else ", no Kafka")
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from typing import NamedTuple
@@ -74,3 +75,11 @@ def parse_cmdline(text: str) -> list[str]:
     """Arguments of a NUL-separated /proc/<pid>/cmdline (empty for kernel threads)."""
     args = text.split("\0")
     return args[:-1] if args[-1] == "" else args
+
+
+def process_uids(root: Root, pid: int) -> tuple[int, ...]:
+    """The real, effective, saved and filesystem uid of a process (its /proc/PID/status Uid line)."""
+    for line in root.read_proc(f"{pid}/status").splitlines():
+        if line.startswith("Uid:"):
+            return tuple(int(u) for u in line.split()[1:])
+    raise OSError(errno.EINVAL, "no Uid line", f"{pid}/status")

@@ -39,6 +39,14 @@ def user_uid(user: str) -> int | None:
         return None
 
 
+def trusted_uids(broker_user: str) -> tuple[set[int], str]:
+    """(uids whose broker processes and files kdiag trusts: root and kafka.broker_user's, who they are)."""
+    uid = user_uid(broker_user)
+    if uid is None:
+        return {0}, f"root (kafka.broker_user {broker_user}: no such user here)"
+    return {0, uid}, f"root and kafka.broker_user {broker_user} (uid {uid})"
+
+
 def _owners(owners: Collection[int]) -> str:
     return " or ".join(user_name(uid) for uid in sorted(owners))
 

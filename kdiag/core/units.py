@@ -24,3 +24,15 @@ def parse_duration(text: str | float) -> float:
         return float(number) * DURATION_UNITS[unit]
     except OverflowError:  # an integer beyond float: outside every range
         return math.inf
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as text in their largest unit and the next one when not zero: '45s', '5m 20s', '1h', '3h 7m', '2d 4h'."""
+    whole = round(seconds)
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    first = next(i for i, (_, size) in enumerate(units) if whole >= size or size == 1)
+    (big, big_size), parts = units[first], []
+    parts.append(f"{whole // big_size}{big}")
+    if first + 1 < len(units) and (rest := whole % big_size // units[first + 1][1]):
+        parts.append(f"{rest}{units[first + 1][0]}")
+    return " ".join(parts)

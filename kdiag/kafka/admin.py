@@ -11,6 +11,7 @@ configs_interval (new topics' at once), and Empty groups are not described.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -47,6 +48,17 @@ BROKER_CONFIGS = (
     "min.insync.replicas",
 )
 
+log = logging.getLogger(__name__)
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    """Log what kdiag cannot see on these brokers, once per AdminClient process."""
+    if message not in _said:
+        _said.add(message)
+        log.warning("%s", message)
+
+
 class KafkaAdminError(Exception):
     """The cluster did not answer an admin request in time, or refused it."""
 
@@ -69,7 +81,7 @@ def _results(futures: dict[Any, Future], deadline: float) -> dict[Any, Any]:
 
 
 def _cluster(admin: Any, deadline: float) -> dict[str, Any]:
-    """Cluster id, controller and brokers from describe_cluster."""
+    """Cluster id, controller and brokers from describe_cluster (librdkafka asks Metadata, which every 2.x answers)."""
     desc = admin.describe_cluster(request_timeout=_left(deadline)).result(timeout=_left(deadline))
     brokers = [{"id": n.id, "host": n.host, "port": n.port, "rack": n.rack} for n in desc.nodes]
     return {
@@ -148,6 +160,9 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: Com
 
     listed = admin.list_consumer_groups(request_timeout=_left(deadline)).result(timeout=_left(deadline))
     states = {g.group_id: getattr(g.state, "name", str(g.state)) for g in listed.valid}
+    if "UNKNOWN" in states.values():
+        _say_once("the brokers list consumer groups without their state (ListGroups v4, KIP-518, came with Kafka 2.6): "
+                  "every group is described and its offsets read at each fetch, Empty ones too")
     ids = sorted(states)
     committed.keep(ids)
     if not ids:
@@ -259,22 +274,34 @@ class CommittedCache:
         return self._offsets.get(group, {})
 
 
+def _on_broker(topics: dict[str, dict], broker: int | None) -> list[str]:
+    """The topics with a replica on the broker (none when there is no local broker)."""
+    return [t for t, d in topics.items() if any(broker in p["replicas"] for p in d["partitions"])]
+
+
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
-                      committed: CommittedCache | None = None) -> dict[str, Any]:
-    """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout."""
+                      committed: CommittedCache | None = None, full: bool = True,
+                      local_broker: int | None = None) -> dict[str, Any]:
+    """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
+    Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
+    (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
     deadline = time.monotonic() + timeout
     state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
     topics = _topics(admin, deadline)
-    topic_configs, broker_configs = (configs or ConfigCache(0)).get(admin, list(topics),
-                                                                     [b["id"] for b in state["brokers"]], deadline)
+    brokers = [b["id"] for b in state["brokers"]]
+    if not full:
+        state["scope"] = "local"
+        brokers = [b for b in brokers if local_broker is None or b == local_broker]
+    topic_configs, broker_configs = (configs or ConfigCache(0)).get(
+        admin, list(topics) if full else _on_broker(topics, local_broker), brokers, deadline)
     state["broker_configs"] = {b: picked["values"] for b, picked in broker_configs.items()}
     state["broker_config_sources"] = {b: picked["sources"] for b, picked in broker_configs.items()}
-    ends = _log_end_offsets(consumer, topics, deadline)
+    ends = _log_end_offsets(consumer, topics, deadline) if full else {}
     for name, topic in topics.items():
         picked = topic_configs.get(name, {})
         topic["configs"], topic["config_sources"] = picked.get("values", {}), picked.get("sources", {})
         for p in topic["partitions"]:
             p["log_end_offset"] = ends.get((name, p["partition"]))
     state["topics"] = topics
-    state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0))
+    state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0)) if full else {}
     return state

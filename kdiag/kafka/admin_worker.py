@@ -5,10 +5,12 @@ A librdkafka crash here (see kdiag/core/worker_process.py) ends this process onl
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
 from kdiag.kafka.client import ClientSettings, ErrorLog
+from kdiag.kafka.record_time import RecordTimes
 from kdiag.core.worker_process import serve
 
 
@@ -26,6 +28,7 @@ class AdminSession:
         self.errors = ErrorLog(settings, bootstrap_servers)
         self._admin: Any = None
         self._consumer: Any = None
+        self.record_times = RecordTimes(self._conf)
 
     def _conf(self, **extra: object) -> dict[str, Any]:
         return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,
@@ -53,13 +56,17 @@ class AdminSession:
         consumer, self._consumer, self._admin = self._consumer, None, None
         if consumer is not None:
             consumer.close()
+        self.record_times.close()
 
-    def fetch(self) -> dict[str, Any]:
-        """Live admin state; KafkaAdminError naming the bootstrap servers when the cluster fails to answer."""
+    def fetch(self, full: bool = True, local_broker: int | None = None,
+              record_times: list[list[str]] | None = None) -> dict[str, Any]:
+        """Live admin state (see fetch_admin_state for `full`); KafkaAdminError naming the bootstrap servers when the
+        cluster fails to answer."""
         from confluent_kafka import KafkaException
 
         try:
-            state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed)
+            state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed, full,
+                                      local_broker)
         except (KafkaException, TimeoutError) as e:
             admin = self._admin
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
@@ -69,6 +76,9 @@ class AdminSession:
             self.close()
             reason = self.errors.reason() or self.settings.redact(f"{type(e).__name__}: {e}")
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
+        if record_times and state["consumer_groups"]:
+            with contextlib.suppress(KafkaException):  # only the fallback of lag seconds is lost
+                self.record_times.add_to(state, record_times, self.committed.get)
         self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
         self._consumer.poll(0)
         self.errors.clear()
@@ -81,9 +91,10 @@ def start(settings: dict[str, Any]) -> Any:
     session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
                            settings.get("quiet_groups_interval", 0.0))
 
-    def handle(_request: dict[str, Any]) -> dict[str, Any]:
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
         try:
-            return {"state": session.fetch()}
+            return {"state": session.fetch(request.get("full", True), request.get("local_broker"),
+                                           request.get("record_times"))}
         except KafkaAdminError as e:
             return {"error": str(e)}
 

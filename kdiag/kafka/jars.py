@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+# The broker's own jar names its Kafka version: kafka_2.13-3.7.0.jar (before 4.0), kafka-server-4.4.0.jar (from 3.7).
+KAFKA_JAR = re.compile(r"kafka(?:_[\d.]+|-server)-(\d+\.\d+\.\d+[\w.-]*?)\.jar")
 
 
 def lab_dir(dir: str | os.PathLike | None = None) -> Path:
@@ -17,3 +21,18 @@ def lab_dir(dir: str | os.PathLike | None = None) -> Path:
 def classpath(dir: str | os.PathLike | None = None) -> str:
     """Return the Java classpath (DIR/libs/*) for running Kafka classes."""
     return str(lab_dir(dir) / "libs" / "*")
+
+
+def kafka_version(classpath: str) -> str:
+    """The Kafka version a class path's broker jar names ('' when none does); a `dir/*` entry is listed, never read."""
+    for entry in classpath.split(":"):
+        names = [entry]
+        if entry.endswith("/*"):
+            try:
+                names = sorted(os.listdir(entry[:-2]))
+            except OSError:
+                continue
+        for name in names:
+            if m := KAFKA_JAR.fullmatch(os.path.basename(name)):
+                return m.group(1)
+    return ""

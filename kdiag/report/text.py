@@ -13,6 +13,14 @@ from kdiag.runtime.pipeline import State
 from kdiag.core.quote import printable
 
 
+# ANSI colours of severities and states on a terminal (NO_COLOR and pipes get plain text: the caller decides).
+COLORS = {"critical": "1;31", "warning": "33", "info": "36", "firing": "31", "pending": "33"}
+
+
+def _paint(text: str, key: str, color: bool) -> str:
+    return f"\x1b[{COLORS[key]}m{text}\x1b[0m" if color and key in COLORS else text
+
+
 def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -21,8 +29,9 @@ def _value(v: float | str) -> str:
     return printable(v) if isinstance(v, str) else f"{v:.4g}"
 
 
-def _block(d: Diagnosis, indent: str) -> list[str]:
-    head = f"{indent}{d.rule.kind.upper()} {d.rule.id} [{d.rule.severity}, {d.state} since {_when(d.since)}] {printable(d.subject)}"
+def _block(d: Diagnosis, indent: str, color: bool) -> list[str]:
+    severity, state = _paint(d.rule.severity, d.rule.severity, color), _paint(d.state, d.state, color)
+    head = f"{indent}{d.rule.kind.upper()} {d.rule.id} [{severity}, {state} since {_when(d.since)}] {printable(d.subject)}"
     lines = [head, f"{indent}  {printable(d.summary)}"]
     if d.evidence:
         lines.append(f"{indent}  evidence: " + ", ".join(f"{printable(k)}={_value(v)}" for k, v in d.evidence.items()))
@@ -30,8 +39,9 @@ def _block(d: Diagnosis, indent: str) -> list[str]:
     return lines
 
 
-def render_text(state: State) -> str:
-    """A human report: symptoms with the causes that explain them, then other causes, then lints."""
+def render_text(state: State, color: bool = False) -> str:
+    """A human report: symptoms with the causes that explain them, then other causes, then lints; severities and
+    states in colour when `color`."""
     symptoms = [d for d in state.diagnoses if d.rule.kind == "symptom"]
     causes = [d for d in state.diagnoses if d.rule.kind == "cause"]
     lints = [d for d in state.diagnoses if d.rule.kind == "lint"]
@@ -41,12 +51,12 @@ def render_text(state: State) -> str:
         lines.append("nothing to report: no rule holds")
     placed: set[int] = set()
     for s in symptoms:
-        lines += ["", *_block(s, "")]
+        lines += ["", *_block(s, "", color)]
         explaining = [c for c in causes if c.explains(s)]
         if explaining:
             lines.append("  explained by:")
             for c in explaining:
-                lines += _block(c, "    ")
+                lines += _block(c, "    ", color)
                 placed.add(id(c))
         else:
             lines.append("  no known cause holds: see the remediation")
@@ -54,11 +64,11 @@ def render_text(state: State) -> str:
     if rest:
         lines += ["", "causes:" if symptoms else "causes found:"]
         for c in rest:
-            lines += _block(c, "  ")
+            lines += _block(c, "  ", color)
     if lints:
         lines += ["", "configuration lints:"]
         for d in lints:
-            lines += _block(d, "  ")
+            lines += _block(d, "  ", color)
     failed = sorted(n for n, h in state.health.items() if not h.success)
     if failed:
         lines += ["", "sources that could not be read: " + "; ".join(f"{n} ({printable(state.health[n].error)})" for n in failed)]

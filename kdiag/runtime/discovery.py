@@ -11,18 +11,17 @@ read, and their classpath runs JmxTool only when kdiag.core.trust finds it their
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline
+from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, process_uids
 from kdiag.core.safeio import read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
-from kdiag.core.trust import user_name, user_uid, why_untrusted_classpath
+from kdiag.core.trust import trusted_uids, user_name, why_untrusted_classpath
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +54,8 @@ class Broker:
     refused: str = ""  # why nothing of this process is used (it is not a trusted user's); then nothing else is read
     properties_path: str = ""
     node_id: int | None = None
+    node_id_source: str = ""  # where node_id was read: node.id or broker.id in server.properties, or meta.properties
+    zookeeper: bool = False  # ZooKeeper mode (zookeeper.connect set, no process.roles): a 2.x-3.x broker
     listeners: list[Listener] = field(default_factory=list)  # client listeners (controller listeners left out)
     ports: set[int] = field(default_factory=set)  # every port it listens on, controller ports included
     log_dirs: list[str] = field(default_factory=list)
@@ -141,8 +142,10 @@ def parse_listeners(settings: dict[str, str]) -> tuple[list[Listener], set[int],
             out[m[1].upper()] = f"{WILDCARD_HOSTS.get(m[2], m[2])}:{m[3]}"
         return out
 
-    bound = split("listeners") if "listeners" in settings else {"PLAINTEXT": "127.0.0.1:9092"}
+    bound = split("listeners") if "listeners" in settings else {"PLAINTEXT": _legacy_address(settings, "", problems)}
     advertised = split("advertised.listeners")
+    if "advertised.listeners" not in settings and ("advertised.host.name" in settings or "advertised.port" in settings):
+        advertised = {"PLAINTEXT": _legacy_address(settings, "advertised.", problems, bound["PLAINTEXT"])}
     listeners = []
     for name, address in bound.items():
         if name in controllers:
@@ -153,6 +156,17 @@ def parse_listeners(settings: dict[str, str]) -> tuple[list[Listener], set[int],
         listeners.append(Listener(name, protocol_map[name], advertised.get(name, address)))
     ports = {int(a.rpartition(":")[2]) for a in (*bound.values(), *advertised.values())}
     return listeners, ports, problems
+
+
+def _legacy_address(settings: dict[str, str], prefix: str, problems: list[str], fallback: str = "127.0.0.1:9092") -> str:
+    """host.name and port (or advertised.*): a broker before 3.0 without `listeners` listens on PLAINTEXT://host:port."""
+    default_host, _, default_port = fallback.rpartition(":")
+    host = settings.get(f"{prefix}host.name", "").strip()
+    port = settings.get(f"{prefix}port", default_port).strip()
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        problems.append(f"{prefix}port is not a port number")
+        port = default_port
+    return f"{WILDCARD_HOSTS.get(host, host) if host else default_host}:{port}"
 
 
 def jmx_endpoint(props: dict[str, str], read) -> tuple[str, bool, bool]:
@@ -193,18 +207,15 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
         broker.problems.append(f"cannot read its server.properties ({e})")
         settings, path = {}, ""
     broker.properties_path = absolute(path) if path else ""
-    node_id = settings.get("node.id", settings.get("broker.id", ""))
-    if node_id.strip().lstrip("-").isdigit() and int(node_id) >= 0:
-        broker.node_id = int(node_id)
-    elif node_id:
-        broker.problems.append("node.id is not a node id (an integer from 0)")
+    broker.zookeeper = bool(settings.get("zookeeper.connect", "").strip()) and "process.roles" not in settings
+    if settings:
+        dirs = settings.get("log.dirs") or settings.get("log.dir") or "/tmp/kafka-logs"
+        broker.log_dirs = [absolute(d.strip()) for d in dirs.split(",") if d.strip()]
+    _read_node_id(broker, settings, read)
     roles = {r.strip() for r in settings.get("process.roles", "broker").split(",")}
     broker.controller_only = "broker" not in roles
     broker.listeners, broker.ports, problems = parse_listeners(settings)
     broker.problems += problems
-    if settings:
-        dirs = settings.get("log.dirs") or settings.get("log.dir") or "/tmp/kafka-logs"
-        broker.log_dirs = [absolute(d.strip()) for d in dirs.split(",") if d.strip()]
     try:
         broker.jmx, broker.jmx_auth, broker.jmx_ssl = jmx_endpoint(props, read)
     except OSError as e:
@@ -212,6 +223,24 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
     # kafka-run-class.sh builds it from its own path (bin/../libs/x.jar): relative entries are the broker's cwd's.
     broker.classpath = ":".join(absolute(e) for e in classpath.split(":") if e)
     return broker
+
+
+def _read_node_id(broker: Broker, settings: dict[str, str], read) -> None:
+    """node.id (KRaft) or broker.id (ZooKeeper); a ZooKeeper broker without one (or -1) got an id generated at its
+    first start (broker.id.generation.enable), which its log dirs' meta.properties keep."""
+    key = "node.id" if "node.id" in settings else "broker.id"
+    value = settings.get(key, "").strip()
+    where = f"{key} in {broker.properties_path}"
+    if value in ("", "-1") and broker.zookeeper and broker.log_dirs:
+        meta = os.path.join(broker.log_dirs[0], "meta.properties")
+        try:
+            value, where = parse_properties(read(meta)).get("broker.id", "").strip(), f"broker.id in {meta} (generated)"
+        except (OSError, ValueError):
+            value = ""
+    if value.isdigit():
+        broker.node_id, broker.node_id_source = int(value), where
+    elif value not in ("", "-1"):
+        broker.problems.append(f"{key} is not a node id (an integer from 0)")
 
 
 def host_file(root: Root, pid: int, path: str) -> str:
@@ -230,14 +259,6 @@ def host_file(root: Root, pid: int, path: str) -> str:
 def read_text(path: str) -> str:
     """A regular file's text, at most 1 MiB: any local user's "broker" may name a FIFO or a device, never opened."""
     return read_regular(path, MAX_PROPERTIES_BYTES).decode("utf-8", errors="replace")
-
-
-def process_uids(root: Root, pid: int) -> tuple[int, ...]:
-    """The real, effective, saved and filesystem uid of a process (its /proc/PID/status Uid line)."""
-    for line in root.read_proc(f"{pid}/status").splitlines():
-        if line.startswith("Uid:"):
-            return tuple(int(u) for u in line.split()[1:])
-    raise OSError(errno.EINVAL, "no Uid line", f"{pid}/status")
 
 
 def find_brokers(root: Root, owners: set[int] | None = None) -> list[Broker]:
@@ -268,14 +289,6 @@ def _stranger(root: Root, pid: int, owners: set[int]) -> str:
     # A setuid program keeps its caller's real uid: each of the four must be trusted.
     stranger = next((u for u in uids if u not in owners), None)
     return f"it runs as {user_name(stranger)}" if stranger is not None else ""
-
-
-def trusted_uids(broker_user: str) -> tuple[set[int], str]:
-    """(uids whose broker processes and files kdiag trusts: root and kafka.broker_user's, who they are)."""
-    uid = user_uid(broker_user)
-    if uid is None:
-        return {0}, f"root (kafka.broker_user {broker_user}: no such user here)"
-    return {0, uid}, f"root and kafka.broker_user {broker_user} (uid {uid})"
 
 
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
@@ -323,14 +336,15 @@ def discover(config: Config, root: Root) -> Config:
         log.info("broker discovery: %s", why)
         return config
     where = broker.properties_path
-    log.info("broker discovery: local broker is pid %d (%s)", broker.pid, where)
+    log.info("broker discovery: local broker is pid %d (%s)%s", broker.pid, where,
+             ", ZooKeeper mode (zookeeper.connect)" if broker.zookeeper else "")
     for problem in broker.problems:
         log.warning("broker discovery: pid %d: %s", broker.pid, problem)
     kafka, processes = config.kafka, config.processes
     found: dict[str, tuple[object, str, str]] = {}  # config key -> (value, how it is shown, where it came from)
 
     if broker.node_id is not None:
-        found["kafka.local_broker_id"] = (broker.node_id, str(broker.node_id), f"node.id in {where}")
+        found["kafka.local_broker_id"] = (broker.node_id, str(broker.node_id), broker.node_id_source)
     protocol = kafka.client_settings.protocol()
     usable = [li for li in broker.listeners if li.protocol == protocol]
     if usable and kafka.client_settings.secrets() and not kafka.bootstrap_servers:

@@ -275,6 +275,8 @@ class Published:
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
+        self.page = b"<!DOCTYPE html><title>kdiag</title><p>kdiag: first collection still running</p>\n"
+        self.page_json = b'{"time": 0, "updated": "", "main": "<p>first collection still running</p>"}'
         self.failing = b""
         self.ready = False
         # /healthz turns 503 when no cycle completed for this long.
@@ -302,6 +304,10 @@ class Published:
         self.failing = failing_lines(state)
         self.ready = True
         self.completed = time.monotonic()
+
+    def publish_page(self, page: bytes, page_json: bytes) -> None:
+        """The page at `/` and its JSON at `/api/page`, drawn for the state just published."""
+        self.page, self.page_json = page, page_json
 
     def health(self) -> tuple[int, bytes]:
         """/healthz: 200, "ok" and the failing collectors with why while cycles complete; 503 before the first or once stalled."""

@@ -38,9 +38,7 @@ RELOAD_CHECK_S = 1.0
 # would eat into them is closed at once, so idle attackers can starve neither the collectors nor the log.
 FDS_KEPT_FOR_COLLECTION = 32
 WARN_EVERY_S = 60.0
-INDEX = (b'<html><body><h1>kdiag</h1><a href="/metrics">/metrics</a> '
-         b'<a href="/api/diagnoses">/api/diagnoses</a></body></html>')
-NOT_FOUND = b"not found: try /metrics, /api/diagnoses or /healthz\n"
+NOT_FOUND = b"not found: try /, /metrics, /api/diagnoses or /healthz\n"
 
 
 class ListenError(KdiagError):
@@ -126,7 +124,7 @@ class _Hypercorn(HypercornConfig):
 
 
 class App:
-    """The ASGI application: /metrics, /api/diagnoses, /healthz and / from the published bytes, behind the web config."""
+    """The ASGI application: /metrics, /api/diagnoses, /healthz, / and /api/page from the published bytes, behind the web config."""
 
     def __init__(self, published: Published, web: WebConfigWatcher | None):
         self.published = published
@@ -180,8 +178,10 @@ class App:
             return 200, [ctype], self.published.metrics
         if path == "/api/diagnoses":
             return 200, [(b"content-type", b"application/json")], self.published.diagnoses
+        if path == "/api/page":
+            return 200, [(b"content-type", b"application/json"), (b"cache-control", b"no-store")], self.published.page_json
         if path == "/":
-            return 200, [(b"content-type", b"text/html")], INDEX
+            return 200, [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")], self.published.page
         return 404, [(b"content-type", b"text/plain")], NOT_FOUND
 
 

@@ -92,6 +92,20 @@ def test_log_end_offsets_in_batches_match_list_offsets(topics, monkeypatch):
 
 
 @pytest.mark.kafka
+def test_a_daemon_that_does_not_report_reads_no_cluster_wide_state(topics):
+    """Not full (not the reporter): metadata, and configs of the local broker and its topics; no groups, no offsets."""
+    with session(topics["bootstrap"]) as c:
+        state = c.fetch(full=False, local_broker=1)
+        full = c.fetch()
+    assert state["scope"] == "local" and state["consumer_groups"] == {} and "scope" not in full
+    assert set(ends(state, topics["keep"])) == {None} and ends(full, topics["keep"]) == [1, 2, 3, 4, 5]
+    assert list(state["broker_configs"]) == ["1"] and len(full["broker_configs"]) == len(full["brokers"])
+    on_1 = {t for t, d in state["topics"].items() if any(1 in p["replicas"] for p in d["partitions"])}
+    assert {t for t, d in state["topics"].items() if d["configs"]} <= on_1
+    assert topics["group"] in full["consumer_groups"]
+
+
+@pytest.mark.kafka
 def test_empty_group_lag_without_describing_it(topics):
     with session(topics["bootstrap"]) as c:
         state = c.fetch()

@@ -61,6 +61,18 @@ def test_requests_summed_over_versions_and_key_order_ignored():
     assert [s.value for s in produce] == [5.0] and ("broker_id", "7") in produce[0].labels
 
 
+def test_request_time_split_per_request_type():
+    # Kafka's RequestMetrics object names: one histogram per phase and request type, FetchFollower apart from FetchConsumer.
+    values = {f"kafka.network:type=RequestMetrics,name={name},request={request}|99thPercentile": ms
+              for request, ms in (("Produce", 5.0), ("FetchFollower", 300.0), ("FetchConsumer", 2.0))
+              for name in ("RequestQueueTimeMs", "LocalTimeMs", "RemoteTimeMs", "ResponseQueueTimeMs", "ResponseSendTimeMs")}
+    samples = samples_from_jmx_state({"version": 1, "endpoints": {"u": {"broker_id": "3", "values": values}}})
+    times = {(dict(s.labels)["request"], dict(s.labels)["phase"]): s.value for s in samples
+             if s.name == "kdiag_kafka_request_time_seconds"}
+    assert len(times) == 15
+    assert times["FetchFollower", "local"] == 0.3 and times["Produce", "response_send"] == 0.005
+
+
 def test_parse_row_and_names():
     header = ["time", "kafka.server:type=ReplicaManager,name=LeaderCount:Value", "java.lang:name=G1,type=GarbageCollector:Name"]
     assert parse_row(header, ["1795978868063", "51", "G1"]) == {"kafka.server:type=ReplicaManager,name=LeaderCount|Value": 51.0}

@@ -4,17 +4,14 @@ import pytest
 from golden import assert_golden, fixture_root
 
 from kdiag.collectors.host.processes import (
-    IO,
-    NO_IO,
-    Process,
     ProcessesCollector,
     log_dir_of,
     parse_max_fds,
     path_arguments,
-    scan,
     top_readers,
     touches,
 )
+from kdiag.collectors.host.proctable import IO, NO_IO, Process, Reading, read_process
 from kdiag.core.procfs import Stat, parse_cmdline, parse_stat
 from kdiag.core.root import Root
 
@@ -102,7 +99,8 @@ def test_kernel_threads_are_scanned_from_stat_alone(tmp_path):
     (tmp_path / "3300" / "stat").write_text(SHELL_STAT)
     (tmp_path / "3300" / "io").write_text("rchar: 7\nwchar: 0\nread_bytes: 4096\nwrite_bytes: 0\n")
     (tmp_path / "3300" / "cmdline").write_text("bash\0-c\0du /data\0")
-    procs = {p.pid: p for p in scan(Root(proc=tmp_path, sys=tmp_path))}
+    root = Root(proc=tmp_path, sys=tmp_path)
+    procs = {pid: read_process(root, pid, None, {0}) for pid in (10, 3300)}
     assert procs[10] == Process(10, Stat("kworker/0:0H-events_highpri", 0, 26, "I", True), [], NO_IO)
     assert procs[3300] == Process(3300, Stat("bash", 250, 92000, "S", False), ["bash", "-c", "du /data"], IO(4096, 7, 0))
 
@@ -139,14 +137,15 @@ def test_touches():
     ]
 
 
-def test_top_readers_reused_pid_counts_from_zero():
-    def proc(pid, start, read_bytes):
-        return Process(pid, Stat("x", 0, start), ["x"], IO(read_bytes, read_bytes, 0))
+def test_top_readers_rank_by_rate_since_each_ones_last_read():
+    def proc(pid, read_bytes):
+        return Process(pid, Stat("x", 0, 100), ["x"], IO(read_bytes, read_bytes, 0))
 
-    previous = {(1, 100): (500, 500), (2, 100): (10, 10)}
-    # pid 1 is a new process (new start time) that read 50; pid 2 read 30 since last time.
-    procs = [proc(1, 200, 50), proc(2, 100, 40), proc(3, 100, 0)]
-    assert [p.pid for p in top_readers(procs, previous, 5)] == [1, 2]
+    # pid 1 is new (no read before) and read 50 in its 5 s; pid 2 read 30 in 5 s; pid 3 read 200, but over the
+    # 60 s since the full scan that last read it; pid 4 read nothing.
+    readings = [Reading(proc(1, 50), None, 5.0), Reading(proc(2, 40), proc(2, 10), 5.0),
+                Reading(proc(3, 700), proc(3, 500), 60.0), Reading(proc(4, 9), proc(4, 9), 5.0)]
+    assert [p.pid for p in top_readers(readings, 5)] == [1, 2, 3]
 
 
 @pytest.mark.integration

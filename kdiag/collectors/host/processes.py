@@ -8,23 +8,16 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from kdiag.core.procfs import (
-    BROKER_MAIN_CLASS,
-    TICKS_PER_SECOND,
-    Stat,
-    malformed,
-    parse_cmdline,
-    parse_key_values,
-    parse_stat,
-    read_source,
-)
+from kdiag.core.procfs import TICKS_PER_SECOND, malformed, parse_stat, read_source
 from kdiag.core.blockdev import disks_behind
 from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 from kdiag.collectors.host.mounts import device_for_path, parse_mounts
 from kdiag.core.redact import MASKED, OFF, cmdline_label
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.trust import trusted_uids
 from kdiag.collectors import Collector
+from kdiag.collectors.host.proctable import Process, ProcessTable, Reading
 
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
@@ -47,26 +40,6 @@ HELP = {
 }
 
 
-class IO(NamedTuple):
-    """What kdiag needs from /proc/<pid>/io."""
-
-    read_bytes: int
-    rchar: int
-    write_bytes: int
-
-
-NO_IO = IO(0, 0, 0)
-
-
-class Process(NamedTuple):
-    """One process as seen by the cheap scan of every pid."""
-
-    pid: int
-    stat: Stat
-    argv: list[str]
-    io: IO
-
-
 class Details(NamedTuple):
     """What is read only for the chosen processes; fd_targets is empty when the links were not followed."""
 
@@ -74,15 +47,6 @@ class Details(NamedTuple):
     open_fds: int
     fd_targets: list[str]
     max_fds: float
-
-
-def parse_io(text: str, source: str = "/proc/<pid>/io") -> IO:
-    """Storage reads, read syscall bytes and storage writes of /proc/<pid>/io."""
-    values = parse_key_values(text, source, sep=":")
-    try:
-        return IO(values["read_bytes"], values["rchar"], values["write_bytes"])
-    except KeyError as e:
-        raise ValueError(f"{source}: no {e.args[0]} line") from None
 
 
 def parse_max_fds(text: str, source: str = "/proc/<pid>/limits") -> float:
@@ -95,11 +59,6 @@ def parse_max_fds(text: str, source: str = "/proc/<pid>/limits") -> float:
             except ValueError:
                 raise malformed(source, n, line) from None
     raise ValueError(f"{source}: no 'Max open files' line")
-
-
-def is_broker(argv: list[str]) -> bool:
-    """Whether a command line runs a Kafka broker (java ... kafka.Kafka server.properties)."""
-    return BROKER_MAIN_CLASS in argv
 
 
 def log_dir_of(target: str) -> str | None:
@@ -126,56 +85,56 @@ def touches(paths: Iterable[str], log_dirs: Iterable[str], ancestors: bool = Tru
     return False
 
 
-def top_readers(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int, int]], top_n: int) -> list[Process]:
-    """The top_n non-broker processes by read_bytes growth, then rchar growth; idle ones never."""
+def top_readers(readings: list[Reading], top_n: int) -> list[Process]:
+    """The top_n non-broker processes by read_bytes per second since their last read, then rchar; idle ones never."""
     ranked = []
-    for p in procs:
-        if is_broker(p.argv):
-            continue
-        before = previous.get((p.pid, p.stat.start_ticks), (0, 0, 0))
-        growth = (p.io.read_bytes - before[0], p.io.rchar - before[1])
-        if growth[0] > 0 or growth[1] > 0:
-            ranked.append((growth, p))
+    for r in readings:
+        read_bytes, rchar, _ = r.growth()
+        if not r.process.broker and (read_bytes > 0 or rchar > 0):
+            ranked.append(((read_bytes, rchar), r.process))
     ranked.sort(key=lambda item: (-item[0][0], -item[0][1], item[1].pid))
     return [p for _, p in ranked[:top_n]]
 
 
-def top_cpu(procs: list[Process], previous: dict[tuple[int, int], tuple[int, int, int]], top_n: int) -> list[Process]:
-    """The top_n non-broker processes by CPU time since the last scan: metadata walkers and load generators read little."""
+def top_cpu(readings: list[Reading], top_n: int) -> list[Process]:
+    """The top_n non-broker processes by CPU per second since their last read: metadata walkers and load generators
+    read little."""
     ranked = []
-    for p in procs:
-        before = previous.get((p.pid, p.stat.start_ticks))
-        if before is not None and not is_broker(p.argv) and (growth := p.stat.cpu_ticks - before[2]) > 0:
-            ranked.append((growth, p))
+    for r in readings:
+        if r.before is not None and not r.process.broker and (cpu := r.growth()[2]) > 0:
+            ranked.append((cpu, r.process))
     ranked.sort(key=lambda item: (-item[0], item[1].pid))
     return [p for _, p in ranked[:top_n]]
 
 
 class ProcessesCollector(Collector):
-    """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir."""
+    """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir.
+
+    Only root's and broker_user's kafka.Kafka processes are brokers: another user's is an ordinary process. The
+    processes read each cycle are ProcessTable's (the moving ones, new pids, the whole table now and then);
+    `table.brokers()` gives the brokers to other collectors at no cost.
+    """
 
     name = "processes"
     help = HELP
 
     def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
-                 cmdline: str = MASKED):
+                 cmdline: str = MASKED, broker_user: str = "kafka", table: ProcessTable | None = None):
         self.top_n = top_n
         self.cmdline = cmdline  # processes.cmdline: masked | full | off
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
-        # (pid, start time) -> (read_bytes, rchar, cpu ticks) at the last collect; start time tells a reused pid.
-        self._previous: dict[tuple[int, int], tuple[int, int, int]] = {}
+        self.table = table or ProcessTable(owners=trusted_uids(broker_user)[0])
         self._discovered: list[str] = []
         self._discovered_at = -math.inf
         self._brokers: set[tuple[int, int]] = set()
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples for brokers and top readers, and kdiag_kafka_log_dir_info for each log dir."""
-        procs = scan(root)
-        brokers = [p for p in procs if is_broker(p.argv)]
-        readers = top_readers(procs, self._previous, self.top_n)
-        chosen = brokers + readers + [p for p in top_cpu(procs, self._previous, self.top_n) if p not in readers]
-        self._previous = {(p.pid, p.stat.start_ticks): (p.io.read_bytes, p.io.rchar, p.stat.cpu_ticks) for p in procs}
+        readings = self.table.read(root)
+        brokers = [r.process for r in readings if r.process.broker]
+        readers = top_readers(readings, self.top_n)
+        chosen = brokers + readers + [p for p in top_cpu(readings, self.top_n) if p not in readers]
         # A broker holds thousands of segment files: follow its fd links only to (re)discover the log dirs.
         broker_keys = {(p.pid, p.stat.start_ticks) for p in brokers}
         discover = not self.log_dirs and (
@@ -183,11 +142,11 @@ class ProcessesCollector(Collector):
         inspected = []
         for p in chosen:
             try:
-                inspected.append((p, read_details(root, p.pid, follow_fds=discover or not is_broker(p.argv))))
+                inspected.append((p, read_details(root, p.pid, follow_fds=discover or not p.broker)))
             except OSError:
                 continue  # exited since the scan, or not ours to inspect
         if discover:
-            found = discover_log_dirs(d.fd_targets for p, d in inspected if is_broker(p.argv))
+            found = discover_log_dirs(d.fd_targets for p, d in inspected if p.broker)
             # Keep what was known when a rediscovery sees no segment file (a replay without the fd links).
             self._discovered = found or (self._discovered if broker_keys == self._brokers else [])
             self._discovered_at, self._brokers = root.now(), broker_keys
@@ -199,25 +158,6 @@ class ProcessesCollector(Collector):
                 samples.append(sample("kdiag_process_gc_cpu_seconds_total", ticks / TICKS_PER_SECOND, COUNTER,
                                       pid=p.pid, comm=p.stat.comm))
         return samples
-
-
-def scan(root: Root) -> list[Process]:
-    """io, stat and cmdline of every pid, skipping those that vanish or may not be read."""
-    procs = []
-    for entry in root.listdir("proc", ""):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
-            if stat.kernel_thread:  # no command line, and none of its I/O is a process scanning the log dirs
-                procs.append(Process(int(entry), stat, [], NO_IO))
-                continue
-            io = parse_io(*read_source(root, "proc", f"{entry}/io"))
-            argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
-        except OSError:
-            continue
-        procs.append(Process(int(entry), stat, argv, io))
-    return procs
 
 
 def read_details(root: Root, pid: int, follow_fds: bool = True) -> Details:
@@ -275,7 +215,7 @@ def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = 
     labels = {"pid": p.pid, "comm": p.stat.comm}
     # A broker's log dirs are its own, whether or not its links were followed this time.
     # `du -sh /data` walks the log dirs below its argument; a process merely working in /data or $HOME does not.
-    touched = (is_broker(p.argv) and bool(log_dirs)) or touches(path_arguments(p.argv), log_dirs) or touches(
+    touched = (p.broker and bool(log_dirs)) or touches(path_arguments(p.argv), log_dirs) or touches(
         [d.cwd, *d.fd_targets], log_dirs, ancestors=False)
     info = {} if cmdline == OFF else {"cmdline": cmdline_label(p.argv, cmdline)}
     return [
@@ -285,7 +225,7 @@ def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = 
         sample("kdiag_process_cpu_seconds_total", p.stat.cpu_ticks / TICKS_PER_SECOND, COUNTER, **labels),
         sample("kdiag_process_open_fds", d.open_fds, GAUGE, **labels),
         sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
-        sample("kdiag_process_is_broker", int(is_broker(p.argv)), GAUGE, **labels),
+        sample("kdiag_process_is_broker", int(p.broker), GAUGE, **labels),
         sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
         sample("kdiag_process_is_load_generator", int(is_load_generator(p.argv)), GAUGE, **labels),
         sample("kdiag_process_info", 1, GAUGE, **labels, **info, cwd=d.cwd),

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from kdiag.collectors.kafka.admin_samples import HELP, samples_from_admin_state
+from kdiag.collectors.kafka.lag import HELP as LAG_HELP, LagClock
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
@@ -15,18 +16,19 @@ from kdiag.kafka.client import ClientSettings
 from kdiag.collectors import Collector
 
 SOURCE = "admin"
+ADMIN_HELP = {**HELP, **LAG_HELP}
 
 
 class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
-    help = HELP
+    help = ADMIN_HELP
 
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
                  partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
-                 configs_interval: float = 0.0, quiet_groups_interval: float = 0.0):
+                 configs_interval: float = 0.0, quiet_groups_interval: float = 0.0, local_broker: int | None = None):
         self.bootstrap_servers = bootstrap_servers
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
@@ -40,24 +42,34 @@ class KafkaAdminCollector(Collector):
             "quiet_groups_interval": quiet_groups_interval,
             "client": dataclasses.asdict(settings)}, "the AdminClient process")
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
+        self.lag_clock = LagClock()
+        # Whether fetches read cluster-wide state (groups, end offsets): only while this daemon reports cluster scope
+        # (the daemon sets it each cycle); otherwise metadata and the configs of local_broker and its topics.
+        self.full = True
+        self.local_broker = local_broker
+        self.full_fetches = 0  # full fetches answered so far: how a new reporter knows its rates are warm
 
     def fetch(self) -> dict[str, Any]:
         """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
         try:
             # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
-            answer = self.worker.request({"fetch": True}, self.timeout + 4.0)
+            full = self.full
+            answer = self.worker.request({"fetch": True, "full": full, "local_broker": self.local_broker,
+                                          "record_times": self.lag_clock.unanswered}, self.timeout + 4.0)
         except WorkerError as e:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
         self.child_cpu_seconds = self.worker.last_cpu_seconds
         if "error" in answer:
             raise KafkaAdminError(answer["error"])
+        self.full_fetches += full
         return answer["state"]
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
         self.child_cpu_seconds = 0.0
-        samples = samples_from_admin_state(root.kafka(SOURCE, self.fetch), self.max_partition_series,
-                                           self.partition_series, self.group_series)
+        state = root.kafka(SOURCE, self.fetch)
+        samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
+        samples += self.lag_clock.samples(root.now(), state, self.group_series)
         return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
 
     def close(self) -> None:

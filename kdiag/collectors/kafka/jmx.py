@@ -29,7 +29,9 @@ from kdiag.collectors import Collector
 
 log = logging.getLogger(__name__)
 
-REQUESTS = ("Produce", "FetchConsumer")
+# Kafka's RequestMetrics names (org.apache.kafka.network.metrics.RequestMetrics): FetchFollower and FetchConsumer
+# split the Fetch API by who asks, so a slow follower fetch reads apart from a slow consumer or a slow disk.
+REQUESTS = ("Produce", "FetchFollower", "FetchConsumer")
 PHASES = {
     "TotalTimeMs": "total",
     "RequestQueueTimeMs": "queue",

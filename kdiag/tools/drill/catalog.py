@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from kdiag.tools.lab import lab
 from kdiag.tools.drill.faults import (VICTIM_BROKER, Target, assignment, broker_pid, cluster_default, consumers,
-                                keyed_load, kill_acking_alone, preferred_leaders, record_by_record, scanner, topic,
-                                victim_back)
+                                cpu_controller, cpu_quota, duty_cycle_stall, keyed_load, kill_acking_alone,
+                                preferred_leaders, record_by_record, scanner, topic, victim_back)
 from kdiag.analysis.engine import Diagnosis
 from kdiag.runtime.pipeline import State
 from kdiag.config.probe import ProbeConfig
@@ -130,6 +131,25 @@ def broker_freeze(target: Target) -> Iterator[None]:
 
 
 @contextmanager
+def broker_stall(target: Target) -> Iterator[None]:
+    with topic(target, "drill-stall-load", assignment(target, 3)) as name, keyed_load(target.bootstrap, [name], rate=STALL_LOAD):
+        # broker_latency_outlier compares with the broker's own past windows: they must be healthy ones first (the
+        # probe starts only a few seconds before the injection).
+        time.sleep(STALL_WARMUP_SECONDS)
+        with duty_cycle_stall(broker_pid(target, VICTIM_BROKER), STALL_SECONDS):
+            yield
+
+
+@contextmanager
+def broker_throttled(target: Target) -> Iterator[None]:
+    if cpu_controller() is None:
+        raise RuntimeError("no cgroup cpu controller on this host to put the broker under a quota")
+    with topic(target, "drill-throttled-load", assignment(target, 3)) as name, \
+            keyed_load(target.bootstrap, [name], rate=STALL_LOAD), cpu_quota(broker_pid(target, VICTIM_BROKER), 0.1):
+        yield
+
+
+@contextmanager
 def leader_killed_alone(target: Target) -> Iterator[None]:
     assert target.probe is not None, "leader-killed-alone runs with the probe"
     with victim_back(target):
@@ -161,6 +181,24 @@ def jmx_of_one_broker_down(state: State) -> bool:
     up = sorted(s.value for s in state.samples if s.name == "kdiag_kafka_jmx_up")
     return up == [0.0, 1.0, 1.0] and all(state.health[c].success for c in ("kafka_admin", "kafka_jmx"))
 
+
+# Stopped this long of every second: at 0.3 s the lab's loaded peers' p99 (0.1-0.2 s on 2 shared cores) left the
+# stalled broker at 2.5-5x them, flapping around the rule's 3x; 0.5 s is what a 50% CPU quota or heavy steal does.
+STALL_SECONDS = 0.5
+STALL_WARMUP_SECONDS = 60.0
+STALL_LOAD = 1000.0  # messages/s of acks=1 load beside the probe in the stall drills (and their healthy measurement)
+
+
+def stall_probe(name: str) -> ProbeConfig:
+    """The stall drills' probe on its own topic and group: acks=1, two sends a second per broker."""
+    # acks=1: a produce waits for its leader only. With acks=all a stalled follower delays every partition it
+    # replicates, and all brokers' probe latency rose alike (measured on the lab: 0.43-0.48 s each).
+    return ProbeConfig(topic=name, group_id=name, acks="1", interval=0.5)
+
+
+VICTIM_OUTLIER = {f"broker_latency_outlier names broker {VICTIM_BROKER}, over 3x its peers": firing(
+    "broker_latency_outlier", lambda d: d.subject == f"broker {VICTIM_BROKER}"
+    and float(d.evidence["probe_latency_vs_peers"]) > 3.0)}
 
 BROKER_3_DOWN = {"broker_down names broker 3": firing(
     "broker_down", lambda d: d.evidence["missing_broker_ids"] == "3" and "broker 3 left the cluster" in d.summary)}
@@ -215,6 +253,14 @@ DRILLS = [
           # 2 sends/s per partition: 6/s stays under partition_skew's 10 messages/s while the leaders sit on 2 brokers.
           probe=ProbeConfig(topic="drill-probe-loss", acks="1", interval=0.5, sla=10.0, availability_window=10.0,
                             reconcile_interval=5.0, group_id="drill-probe-loss")),
+    Drill("broker-stall", f"broker {VICTIM_BROKER} stopped 500 ms of every second (SIGSTOP/SIGCONT) under load and "
+          "the probe", ["broker_latency_outlier"], broker_stall, brokers=3, needs_lab=True, timeout=120,
+          subject=f"broker {VICTIM_BROKER}", checks=VICTIM_OUTLIER,
+          probe=stall_probe("drill-broker-stall")),
+    # broker_cpu_throttled is a host cause rule read from the broker's cgroup (kdiag on the broker's host).
+    Drill("broker-throttled", f"broker {VICTIM_BROKER} in a cgroup capped at 0.1 CPU (cpu.max, or cpu.cfs_quota_us "
+          "under v1) under load and the probe", ["broker_cpu_throttled"], broker_throttled, brokers=3, needs_lab=True,
+          timeout=150, probe=stall_probe("drill-broker-throttled")),
     Drill("nic-irq-on-cpu0", "replayed: the sandbox cannot move NIC IRQs", ["nic_irq_on_cpu0"],
           replay=RECORDINGS / "nic-irq-on-cpu0"),
     Drill("swap-in-use", "replayed: this machine has no swap to fill", ["swap_in_use"],

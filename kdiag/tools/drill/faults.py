@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -267,3 +268,84 @@ def kill_acking_alone(target: Target, probe: ProbeService, leader: int, alone: i
     finally:
         for pid in others:
             os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def duty_cycle_stall(pid: int, stopped: float, period: float = 1.0) -> Iterator[None]:
+    """The process stopped for `stopped` seconds of every `period` (SIGSTOP/SIGCONT) while the block runs, as VM steal,
+    a CPU quota or long safepoints look from outside; running again at the end, however the block ends."""
+    def run(stop: threading.Event) -> None:
+        while not stop.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(stopped)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            # Jittered: a once-a-second sender (the probe) must not lock onto the stall's phase.
+            stop.wait(random.uniform(0.5, 1.5) * (period - stopped))
+
+    try:
+        with in_background(run):
+            yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+DRILL_CGROUP = "kdiag-drill-quota"
+
+
+def cpu_controller() -> tuple[str, Path] | None:
+    """("v2", the unified root) when cgroup v2 has the cpu controller, ("v1", the cpu hierarchy) under v1, else None."""
+    for base in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
+        controllers = base / "cgroup.controllers"
+        if controllers.exists() and "cpu" in controllers.read_text().split():
+            return "v2", base
+    if (CGROUP_ROOT / "cpu" / "cpu.cfs_quota_us").exists():
+        return "v1", CGROUP_ROOT / "cpu"
+    return None
+
+
+def cgroup_of(pid: int, version: str) -> str:
+    """The process's cgroup path in the hierarchy holding the cpu controller."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if (version == "v2" and controllers == "") or (version == "v1" and "cpu" in controllers.split(",")):
+            return path
+    raise RuntimeError(f"pid {pid} is in no {version} cpu cgroup")
+
+
+@contextmanager
+def cpu_quota(pid: int, cores: float, period_us: int = 100000) -> Iterator[Path]:
+    """The process moved into a child cgroup capped at `cores` CPUs (v2 cpu.max, v1 cpu.cfs_quota_us), as a container
+    limit or systemd CPUQuota does; moved back and the cgroup removed at the end."""
+    found = cpu_controller()
+    if found is None:
+        raise RuntimeError(f"no cgroup cpu controller under {CGROUP_ROOT} to set a quota with")
+    version, base = found
+    home = base / cgroup_of(pid, version).lstrip("/")
+    group = base / DRILL_CGROUP
+    group.mkdir(exist_ok=True)
+    try:
+        if version == "v2":
+            if "cpu" not in (base / "cgroup.subtree_control").read_text().split():
+                (base / "cgroup.subtree_control").write_text("+cpu")
+            (group / "cpu.max").write_text(f"{int(cores * period_us)} {period_us}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(period_us))
+            (group / "cpu.cfs_quota_us").write_text(str(int(cores * period_us)))
+        (group / "cgroup.procs").write_text(str(pid))
+        try:
+            yield group
+        finally:
+            (home / "cgroup.procs").write_text(str(pid))
+    finally:
+        deadline = time.monotonic() + 10
+        while True:  # the cgroup empties once the kernel has moved every thread
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

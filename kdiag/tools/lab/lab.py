@@ -61,6 +61,15 @@ def _remove_data(d: Path) -> None:
     shutil.rmtree(lab_security.secrets_dir(d), ignore_errors=True)
 
 
+def _log_head(path: Path, limit: int = 1_000_000) -> str:
+    """The start of a node's log, where the cause of a failed startup is (its tail shows only the shutdown)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def mode_of(info: dict) -> str:
     """The lab's mode: kraft, or zookeeper (labs written before modes were KRaft)."""
     return info.get("mode", "kraft")
@@ -146,7 +155,8 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     except LabError as e:
         lab_nodes.stop(d, info)
         lab_zookeeper.stop(d)
-        raise lab_versions.explain_start_failure(version, e) from None
+        logs = "".join(_log_head(d / f"node-{n}" / "server.log") for n in range(1, brokers + 1))
+        raise lab_versions.explain_start_failure(version, e, logs) from None
     return info
 
 

@@ -59,15 +59,20 @@ JVM_SIGNATURES = (
     ("Unrecognized VM option", "this JVM rejects an option given to it (see --jvm-opts)"),
     ("InaccessibleObjectException", "it reaches into JDK internals that Java 16+ closes"),
     ("does not support ZGC", "this JVM has no such collector"),
+    # Kafka before 2.5.1 ships a ZooKeeper client (3.4, 3.5 before 3.5.8) that reads InetSocketAddress.toString(),
+    # whose form Java 14 changed: it never connects (ZOOKEEPER-3779).
+    ("UnresolvedAddressException", "its ZooKeeper client (before 3.5.8) cannot connect on Java 14+ (ZOOKEEPER-3779): "
+                                   "it needs Java 8 or 11"),
 )
 
 
-def explain_start_failure(version: str, error: LabError) -> LabError:
-    """A startup failure whose logs show a JVM incompatibility, as one line that says so, the logs after it."""
-    text = str(error)
+def explain_start_failure(version: str, error: LabError, logs: str = "") -> LabError:
+    """A startup failure whose logs (the error's tail, and `logs`) show a JVM incompatibility, as one line that says
+    so, the error after it."""
+    text = f"{error}\n{logs}"
     for signature, why in JVM_SIGNATURES:
         if signature in text:
-            return LabError(f"Kafka {version} does not start on Java {java_major()}: {why} ({signature})\n{text}", 2)
+            return LabError(f"Kafka {version} does not start on Java {java_major()}: {why} ({signature})\n{error}", 2)
     return error
 
 

@@ -62,9 +62,17 @@ def start(d: Path, port: int, timeout: float = 60) -> int:
                                 start_new_session=True, cwd=z)
     (z / "pid").write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + timeout
+    missing = False
     while time.monotonic() < deadline:
+        # Dead only when missing twice, half a second apart: a ZooKeeper just started once read as gone at once
+        # (the Kafka nodes' wait_ready does the same).
         if _pid(d) is None:
-            raise LabError(f"ZooKeeper exited during startup: see {z}/server.log and {z}/stdout.log")
+            if missing:
+                stop(d)
+                raise LabError(f"ZooKeeper exited during startup: see {z}/server.log and {z}/stdout.log")
+            missing = True
+        else:
+            missing = False
         if _answers(port):
             return proc.pid
         time.sleep(0.5)

@@ -1,0 +1,67 @@
+"""I/O errors the kernel counts per disk in sysfs: a SCSI/SATA disk's device/ioerr_cnt and each md RAID member's
+md/dev-X/errors (Documentation/admin-guide/md.rst). NVMe and virtio disks count none there (nvme smart-log does).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kdiag.collectors import Collector
+from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
+from kdiag.core.blockdev import whole_disk
+from kdiag.core.procfs import is_virtual_block, malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import COUNTER, Sample, sample
+
+HELP = {
+    "kdiag_disk_io_errors_total": "Commands to a SCSI/SATA disk that completed with an error (device/ioerr_cnt).",
+    "kdiag_md_member_errors_total": "Read errors on an md RAID member that were corrected or ignored without failing it "
+                                    "(md/dev-X/errors); disk is the member's whole disk.",
+    **SKIPPED_HELP,
+}
+
+
+def parse_count(text: str, source: str, base: int = 10) -> int:
+    """One integer of a sysfs attribute: ioerr_cnt is hexadecimal (0x1a), md's errors decimal."""
+    try:
+        return int(text.strip(), base if base == 10 else 0)
+    except ValueError:
+        raise malformed(source, 1, text, "expected a count") from None
+
+
+class BlockErrorsCollector(Collector):
+    """I/O error counts of every disk and md member that reports them."""
+
+    name = "blockerrors"
+    help = HELP
+
+    def collect(self, root: Root) -> list[Sample]:
+        """A counter per disk with ioerr_cnt and per md member; an unreadable one is left out and counted."""
+        samples: list[Sample] = []
+        skipped: Counter[str] = Counter()
+        for device in root.listdir("sys", "block"):
+            if is_virtual_block(device):
+                continue
+            try:
+                if root.exists("sys", f"block/{device}/device/ioerr_cnt"):
+                    count = parse_count(*read_source(root, "sys", f"block/{device}/device/ioerr_cnt"), base=16)
+                    samples.append(sample("kdiag_disk_io_errors_total", count, COUNTER, device=device))
+                if root.exists("sys", f"block/{device}/md"):
+                    samples += md_member_samples(root, device)
+            except OSError as e:
+                skipped[reason(e)] += 1
+            except ValueError:
+                skipped["malformed"] += 1
+        return samples + skipped_samples(self.name, skipped)
+
+
+def md_member_samples(root: Root, md: str) -> list[Sample]:
+    """kdiag_md_member_errors_total of each dev-X member of one md array."""
+    samples = []
+    for entry in root.listdir("sys", f"block/{md}/md"):
+        if entry.startswith("dev-") and root.exists("sys", f"block/{md}/md/{entry}/errors"):
+            member = entry.removeprefix("dev-")
+            count = parse_count(*read_source(root, "sys", f"block/{md}/md/{entry}/errors"))
+            samples.append(sample("kdiag_md_member_errors_total", count, COUNTER, device=md, member=member,
+                                  disk=whole_disk(root, member)))
+    return samples

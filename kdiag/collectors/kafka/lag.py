@@ -1,0 +1,136 @@
+"""Consumer lag in seconds without reading records: when was a topic's log end where the group's committed offset is now.
+
+Each admin fetch adds, per topic, the sum of its partitions' log end offsets at that time; a group's committed total
+on the topic is that sum minus its lag. Interpolating the sum's history gives the time the log end passed the
+committed total: the lag in seconds is how long ago that was. Where the history begins after that point (kdiag just
+started, or the group is further behind than the retention), the oldest record timestamp the AdminClient process read
+at the group's committed offsets answers instead (`record_time` in the admin state), else there is no value.
+The topic's total stands for each partition's end: exact while the group committed every partition and the partitions
+are written evenly; a group that committed only some partitions reads as less far behind.
+
+The time to catch up is the lag in messages over how fast it shrank in the last GROWTH_SECONDS, +Inf (never) while
+it does not shrink.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from kdiag.collectors.kafka.admin_samples import lag_totals
+from kdiag.core.cardinality import SeriesFilter
+from kdiag.core.sample import GAUGE, Sample, sample
+
+LAG_SECONDS = "kdiag_consumer_lag_seconds"
+CATCH_UP = "kdiag_consumer_catch_up_seconds"
+# The span over which the lag's change is measured, as the consumer_lag_growing rule's growth (kafka_signals.py).
+GROWTH_SECONDS = 120.0
+HELP = {
+    LAG_SECONDS: "How long ago the topic's log end was where the group's committed offset is now (per topic for "
+                 "kafka.group_series groups, the largest over its topics for the others).",
+    CATCH_UP: f"Seconds until the group's lag is gone at its consume and write rates of the last {GROWTH_SECONDS:.0f} s; "
+              "+Inf (never) while it reads slower than the topic is written (per topic as kdiag_consumer_lag_seconds).",
+}
+
+
+def time_at_offset(points: Sequence[tuple[float, float]], offset: float) -> float | None:
+    """When the log end (points: (time, end) in time order) was last at `offset`, interpolated between points; the
+    latest time when the end never passed it; None when the history starts past it or is empty.
+
+    A drop of the end (the topic deleted and made again) starts the history over from that point."""
+    if not points:
+        return None
+    later = points[-1]
+    if offset >= later[1]:
+        return later[0]
+    for earlier in itertools.islice(reversed(points), 1, None):
+        if earlier[1] > later[1]:  # a reset: nothing before it counts
+            return None
+        if earlier[1] <= offset:
+            share = (offset - earlier[1]) / (later[1] - earlier[1])
+            return earlier[0] + share * (later[0] - earlier[0])
+        later = earlier
+    return None
+
+
+class LagClock:
+    """Per topic, its log end offset total at each admin fetch over the last `retention` seconds, and the lag in
+    seconds of each group from it."""
+
+    def __init__(self, retention: float = 900.0):
+        self.retention = retention
+        self._ends: dict[str, deque[tuple[float, float]]] = {}
+        self._lags: dict[tuple[str, str], deque[tuple[float, float]]] = {}  # (group, topic) -> (time, lag in messages)
+        # (group, topic) pairs the history could not answer at the last fetch: the next asks for their record times.
+        self.unanswered: list[list[str]] = []
+
+    def observe(self, t: float, topics: dict[str, dict[str, Any]]) -> dict[str, float]:
+        """Add each topic's end total at time t (only a topic whose every partition's end is known) and forget
+        topics gone and points older than the retention; returns the totals added."""
+        totals = {}
+        for name, topic in topics.items():
+            ends = [p["log_end_offset"] for p in topic["partitions"]]
+            if ends and None not in ends:
+                totals[name] = float(sum(ends))
+                self._ends.setdefault(name, deque()).append((t, totals[name]))
+        for name in [n for n in self._ends if n not in topics]:
+            del self._ends[name]
+        horizon = t - self.retention
+        for points in self._ends.values():
+            while points and points[0][0] < horizon:
+                points.popleft()
+        return totals
+
+    def seconds(self, now: float, topic: str, committed: float) -> float | None:
+        """How long before `now` the topic's log end was at `committed`; None when its history does not reach back."""
+        at = time_at_offset(self._ends.get(topic, ()), committed)
+        return None if at is None else max(now - at, 0.0)
+
+    def catch_up(self, now: float, group: str, topic: str, lag: float) -> float | None:
+        """Seconds until the group's lag on the topic is gone at its consume and write rates of the last
+        GROWTH_SECONDS (lag / how fast it shrinks); +Inf (never) while it does not shrink, None before two fetches."""
+        points = self._lags.setdefault((group, topic), deque())
+        points.append((now, lag))
+        while now - points[0][0] > GROWTH_SECONDS:
+            points.popleft()
+        if lag <= 0:
+            return 0.0
+        if now <= points[0][0]:
+            return None
+        shrink = (points[0][1] - lag) / (now - points[0][0])
+        return lag / shrink if shrink > 0 else math.inf
+
+    def samples(self, now: float, state: dict[str, Any], group_series: SeriesFilter) -> list[Sample]:
+        """Lag seconds and time to catch up of every group on each topic it committed (the largest over its topics for
+        groups outside group_series), from the admin state just fetched at `now`."""
+        totals = self.observe(now, state.get("topics", {}))
+        out = []
+        self.unanswered = []
+        seen = set()
+        for group, g in state.get("consumer_groups", {}).items():
+            values: dict[str, dict[str, float]] = {LAG_SECONDS: {}, CATCH_UP: {}}
+            lags = lag_totals(g["lag"]) if state.get("version") == 1 else g["lag"]
+            for topic, lag in lags.items():
+                seen.add((group, topic))
+                if (catch_up := self.catch_up(now, group, topic, lag["sum"])) is not None:
+                    values[CATCH_UP][topic] = catch_up
+                if topic not in totals:
+                    continue
+                seconds = self.seconds(now, topic, totals[topic] - lag["sum"])
+                if seconds is None:
+                    self.unanswered.append([group, topic])
+                    if "record_time" in lag:
+                        seconds = max(now - lag["record_time"], 0.0)
+                if seconds is not None:
+                    values[LAG_SECONDS][topic] = seconds
+            for name, per_topic in values.items():
+                if group_series.matches(group):
+                    out += [sample(name, v, GAUGE, group=group, topic=t) for t, v in per_topic.items()]
+                elif per_topic:
+                    out.append(sample(name, max(per_topic.values()), GAUGE, group=group))
+        for gone in self._lags.keys() - seen:
+            del self._lags[gone]
+        return out

@@ -1,0 +1,119 @@
+"""The host section of the page: CPUs, memory, NICs, log disks, the local broker and each collector's health."""
+
+from __future__ import annotations
+
+from kdiag.core.sample import Sample
+from kdiag.kafka.jars import KAFKA_JAR
+from kdiag.report.plots import clock, formatted, shown
+from kdiag.runtime.pipeline import State
+
+
+
+def _by(samples: list[Sample], name: str) -> list[Sample]:
+    return [s for s in samples if s.name == name]
+
+
+def _one(samples: list[Sample], name: str, **labels: str) -> float | None:
+    return next((s.value for s in samples if s.name == name and all(dict(s.labels).get(k) == v
+                                                                    for k, v in labels.items())), None)
+
+
+def _table(head: list[str], rows: list[list[str]], cls: str) -> str:
+    """A table of already-escaped cells."""
+    if not rows:
+        return '<p class="none">none seen</p>'
+    cells = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return (f'<div class="scroll"><table class="{cls}"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head)
+            + f"</tr></thead><tbody>{cells}</tbody></table></div>")
+
+
+def version_on_cmdline(samples: list[Sample]) -> str:
+    """The local broker's Kafka version from its class path, '' when its command line does not name it."""
+    brokers = {dict(s.labels).get("pid") for s in _by(samples, "kdiag_process_is_broker") if s.value}
+    for s in _by(samples, "kdiag_process_info"):
+        labels = dict(s.labels)
+        if labels.get("pid") in brokers and (m := KAFKA_JAR.search(labels.get("cmdline", ""))):
+            return m.group(1)
+    return ""
+
+
+def _nics(samples: list[Sample]) -> list[list[str]]:
+    devices = sorted({dict(s.labels)["device"] for s in _by(samples, "kdiag_network_speed_bytes")
+                      + _by(samples, "kdiag_network_queues") + _by(samples, "kdiag_network_up")})
+    rows = []
+    for d in devices:
+        speed = _one(samples, "kdiag_network_speed_bytes", device=d)
+        queues = [f"{dict(s.labels).get('direction', '')} {s.value:.0f}" for s in _by(samples, "kdiag_network_queues")
+                  if dict(s.labels)["device"] == d]
+        up = _one(samples, "kdiag_network_up", device=d)
+        mtu = _one(samples, "kdiag_network_mtu_bytes", device=d)
+        rows.append([shown(d), "unknown" if speed is None else f"{speed * 8 / 1e9:.3g} Gbit/s",
+                     shown(", ".join(queues) or "unknown"), "?" if up is None else ("up" if up else "down"),
+                     "?" if mtu is None else f"{mtu:.0f}"])
+    return rows
+
+
+def _disks(samples: list[Sample]) -> list[list[str]]:
+    filesystems = {dict(s.labels).get("mountpoint"): dict(s.labels) for s in _by(samples, "kdiag_filesystem_info")}
+    rows = []
+    for s in _by(samples, "kdiag_kafka_log_dir_info"):
+        labels = dict(s.labels)
+        device = labels.get("device", "")
+        rotational = _one(samples, "kdiag_block_rotational", device=device)
+        media = "unknown" if rotational is None else ("rotating (HDD)" if rotational else "solid state")
+        fs = filesystems.get(labels.get("mountpoint"), {})
+        noatime = _one(samples, "kdiag_filesystem_noatime", mountpoint=labels.get("mountpoint", ""))
+        mount = f"{fs.get('fstype', '?')} on {fs.get('device', '?')}" + (", noatime" if noatime else "")
+        rows.append([shown(labels.get("path", "")), shown(device), media, shown(labels.get("mountpoint", "")),
+                     shown(mount)])
+    return rows
+
+
+def _broker(state: State, classpath_version: str) -> str:
+    samples = state.samples
+    controller = _one(samples, "kdiag_kafka_controller_id")
+    if state.local_broker is None:
+        who = "no local broker found"
+    else:
+        role = "broker, active controller" if controller == state.local_broker else "broker"
+        who = f"id {state.local_broker}, {role}"
+    version = version_on_cmdline(samples) or classpath_version or "unknown (its jars are not on the command line or class path)"
+    count = _one(samples, "kdiag_kafka_brokers")
+    facts = [shown(who), f"Kafka {shown(version)}"]
+    if state.cluster:
+        facts.append(f"cluster {shown(state.cluster)}")
+    if count is not None:
+        facts.append(f"{count:.0f} brokers" + ("" if controller is None else f", controller {controller:.0f}"))
+    return f"<p>{'; '.join(facts)}</p>"
+
+
+def _health(state: State) -> list[list[str]]:
+    rows = []
+    for name, h in sorted(state.health.items()):
+        last = clock(h.last_success) if h.last_success else "never"
+        status = '<span class="ok">ok</span>' if h.success else '<span class="bad">failing</span>'
+        rows.append([shown(name), status, f"{h.duration * 1000:.3g} ms", last, shown(h.error)])
+    return rows
+
+
+def host_section(state: State, kafka_version: str = "") -> str:
+    """The host, its broker (the Kafka version from its command line, else `kafka_version`) and its collectors as
+    HTML (every outside string escaped)."""
+    samples = state.samples
+    cpus = {dict(s.labels).get("cpu") for s in _by(samples, "kdiag_cpu_seconds_total")} - {None, "", "all"}
+    total = _one(samples, "kdiag_memory_MemTotal_bytes")
+    available = _one(samples, "kdiag_memory_MemAvailable_bytes")
+    swap = _one(samples, "kdiag_memory_SwapTotal_bytes")
+    memory = "unknown" if total is None else formatted("bytes", total) + (
+        f" ({formatted('bytes', available)} available)" if available is not None else "") + (
+        f", swap {formatted('bytes', swap)}" if swap else ", no swap")
+    return ('<section id="host"><h2>Host ' + shown(state.host) + "</h2>"
+            f'<p class="facts">{len(cpus) or "unknown"} CPUs; memory {shown(memory)}</p>'
+            "<h3>Network interfaces</h3>"
+            + _table(["device", "speed", "queues", "link", "MTU"], _nics(samples), "nics")
+            + "<h3>Kafka log disks</h3>"
+            + _table(["log dir", "device", "media", "mount", "filesystem"], _disks(samples), "disks")
+            + "<h3>Local broker</h3>" + _broker(state, kafka_version)
+            + "<h3>Collectors</h3>"
+            + _table(["collector", "status", "last run", "last success", "last error"], _health(state), "health")
+            + "</section>")

@@ -1,0 +1,88 @@
+"""Cluster-scope diagnoses handed from the reporter to every daemon through the election's state topic.
+
+The reporter publishes its cluster-scope diagnoses each cycle (kdiag/kafka/coordination.py: a compacted topic) with
+their state and since; a pending one's timer is its since. A daemon that does not report reads no cluster-wide state
+(its admin fetches are local): it lists the published diagnoses, which name the reporter, and keeps them in its
+engine. Elected, it starts from them: a firing diagnosis keeps its since (so the same Alertmanager startsAt) and a
+pending one its timer. Until its own cluster-wide fetches give it rates again, it holds them rather than resolve them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.analysis.statefile import decode, encode
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.coordination import CoordinatorProcess
+from kdiag.runtime.pipeline import State
+
+# Full admin fetches a new reporter waits for before judging cluster rules itself: rates need two.
+WARM_FETCHES = 2
+Key = tuple[str, str]
+
+
+def cluster_scope(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+    """The cluster-scope ones."""
+    return [d for d in diagnoses if d.rule.scope == "cluster"]
+
+
+def published_diagnoses(record: Any, engine: Engine, now: float) -> list[Diagnosis]:
+    """The cluster-scope diagnoses of a published record whose rules this daemon has; none when it is malformed,
+    another format or older than a state file may be (statefile.RESTORE_WITHIN_SECONDS)."""
+    if not isinstance(record, dict):
+        return []
+    try:
+        got, _dropped = decode(record, str(record.get("host")), {r.id: r for r in engine.rules}, now)
+    except ValueError:
+        return []
+    return cluster_scope(got)
+
+
+class Handover:
+    """Each cycle after the pipeline's step: scope the admin fetches to the role, publish or adopt cluster scope."""
+
+    def __init__(self, host: str, admin: KafkaAdminCollector | None):
+        self.host = host
+        self.admin = admin
+        self._held: dict[Key, Diagnosis] = {}  # the published diagnoses, kept until a new reporter is warm
+        self._elected_at: int | None = None  # the admin's full fetches when this daemon was elected
+        self._warm = False
+
+    def step(self, state: State, engine: Engine, coordinator: CoordinatorProcess) -> None:
+        """Adopt the published cluster-scope diagnoses (not reporting), hold them (reporting, not yet warm), and
+        publish this daemon's (reporting)."""
+        reporting = state.reporting.reporting
+        if self.admin is not None:
+            self.admin.full = reporting  # from the next fetch on
+        if not reporting:
+            self._elected_at, self._warm = None, False
+            self._held = {(d.rule.id, d.subject): d for d in published_diagnoses(coordinator.published, engine, state.time)}
+            self._replace(state, engine, dict(self._held))
+            return
+        if not self._warm:
+            self._hold(state, engine)
+        coordinator.publish(encode(self.host, state.time, cluster_scope(state.diagnoses)))
+
+    def _hold(self, state: State, engine: Engine) -> None:
+        fetched = self.admin.full_fetches if self.admin is not None else 0
+        if self._elected_at is None:
+            self._elected_at = fetched
+        # Warm from the next step on: the samples of the fetch just counted reach the pipeline then.
+        self._warm = fetched >= self._elected_at + WARM_FETCHES
+        own = {(d.rule.id, d.subject): d for d in cluster_scope(state.diagnoses)}
+        for key, d in self._held.items():
+            if key not in own:
+                d.state = "firing" if state.time - d.since >= d.rule.for_seconds else "pending"
+                own[key] = d
+        self._replace(state, engine, own)
+
+    @staticmethod
+    def _replace(state: State, engine: Engine, cluster: dict[Key, Diagnosis]) -> None:
+        """Make `cluster` the engine's and the state's cluster-scope diagnoses (none of the others resolved)."""
+        engine.active = {**{k: d for k, d in engine.active.items() if d.rule.scope != "cluster"}, **cluster}
+        reporting = state.reporting.reporting
+        engine.resolved = [d for d in engine.resolved
+                           if d.rule.scope != "cluster" or (reporting and (d.rule.id, d.subject) not in cluster)]
+        state.diagnoses = engine.current()
+        state.resolved = list(engine.resolved)

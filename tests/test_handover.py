@@ -1,0 +1,94 @@
+"""Cluster scope handed over through the published state: standbys list the reporter's diagnoses and read no
+cluster-wide state; a new reporter keeps their since and timers and holds them until its own fetches are warm."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
+from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.coordination import CoordinatorProcess, Member, Reporting
+from kdiag.runtime.handover import WARM_FETCHES, Handover
+from kdiag.runtime.pipeline import State
+
+RULES = load_catalog([default_rules_dir()])
+BY_ID = {r.id: r for r in RULES}
+T0 = 1_764_430_000.0
+
+
+@pytest.fixture
+def fleet():
+    """Two daemons' handovers, admin collectors and coordination handles (none of their processes started)."""
+    made = []
+    for host, broker in (("a", 1), ("b", 2)):
+        admin = KafkaAdminCollector("127.0.0.1:9", local_broker=broker)
+        coordinator = CoordinatorProcess("127.0.0.1:9", ClientSettings(), Member(host, broker), "t", "g")
+        made.append((Handover(host, admin), admin, coordinator, Engine(RULES, broker)))
+    yield made
+    for _, admin, coordinator, _ in made:
+        admin.close()
+        coordinator.stop()
+
+
+def cycle(daemon, t: float, reporting: bool, found: list[Diagnosis]) -> State:
+    """One cycle: the engine's own judgement (found), then the handover; the record published moves to the topic."""
+    handover, _admin, coordinator, engine = daemon
+    engine.active = {**{k: d for k, d in engine.active.items() if d.rule.scope == "host"},
+                     **{(d.rule.id, d.subject): engine.active.get((d.rule.id, d.subject), d) for d in found}}
+    engine.resolved = []
+    state = State(coordinator.me.host, t, [], {}, {}, engine.current(), [])
+    state.reporting = Reporting(reporting, coordinator.me if reporting else None)
+    handover.step(state, engine, coordinator)
+    return state
+
+
+def skew(since: float) -> Diagnosis:
+    return Diagnosis(BY_ID["partition_skew"], "orders", since, "firing", "skewed", {"partitions": 6.0},
+                     brokers=frozenset({"1"}))
+
+
+def test_a_standby_lists_the_reporters_diagnoses_and_fetches_locally(fleet):
+    (reporter, standby) = fleet
+    state = cycle(reporter, T0, True, [skew(T0 - 100)])
+    standby[2].published = reporter[2].outgoing
+    # What the standby judged itself from its local fetch is not listed: only the reporter's, with its since.
+    own = Diagnosis(BY_ID["partition_skew"], "payments", T0, "pending")
+    listed = cycle(standby, T0 + 5, False, [own])
+    assert [(d.rule.id, d.subject, d.since, d.state) for d in listed.diagnoses if d.rule.scope == "cluster"] == \
+        [("partition_skew", "orders", T0 - 100, "firing")]
+    assert not standby[1].full and reporter[1].full
+    assert state.diagnoses[0].since == T0 - 100
+
+
+def test_a_new_reporter_keeps_since_and_timers_until_its_fetches_are_warm(fleet):
+    (old, new) = fleet
+    rule = BY_ID["partition_skew"]
+    pending = Diagnosis(rule, "payments", T0 - 10, "pending")
+    cycle(old, T0, True, [skew(T0 - 100), pending])
+    new[2].published = old[2].outgoing
+    cycle(new, T0 + 1, False, [])
+    # Elected: its engine finds nothing yet (no rates), the published diagnoses stay, the pending one's timer runs on.
+    elected_at = new[1].full_fetches
+    t = T0 + rule.for_seconds
+    state = cycle(new, t, True, [])
+    assert {(d.subject, d.since, d.state) for d in state.diagnoses if d.rule.scope == "cluster"} == \
+        {("orders", T0 - 100, "firing"), ("payments", T0 - 10, "firing")}
+    assert state.resolved == [] and new[1].full
+    assert [d["since"] for d in new[2].outgoing["diagnoses"]] == [T0 - 100, T0 - 10]
+    # Its own fetches warm: still held at the cycle that counts them (their samples arrive at the next), then judged.
+    new[1].full_fetches = elected_at + WARM_FETCHES
+    assert {d.subject for d in cycle(new, t + 5, True, []).diagnoses} == {"orders", "payments"}
+    state = cycle(new, t + 10, True, [skew(t)])
+    assert [(d.subject, d.since) for d in state.diagnoses] == [("orders", T0 - 100)]
+
+
+def test_a_stale_or_foreign_record_lists_nothing(fleet):
+    (reporter, standby) = fleet
+    cycle(reporter, T0, True, [skew(T0 - 100)])
+    standby[2].published = reporter[2].outgoing
+    assert cycle(standby, T0 + 3600, False, []).diagnoses == []
+    for record in (None, {"format": "other"}, ["not", "a", "dict"]):
+        standby[2].published = record
+        assert cycle(standby, T0 + 5, False, []).diagnoses == []
