@@ -4,6 +4,7 @@ SIGSEGV, as librdkafka's assertions and NULL dereferences kill them: the daemon 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -149,3 +150,48 @@ def test_a_dead_child_is_reported_with_its_signal_and_restarted_after_a_backoff_
         assert "hunter2" not in ask()[1]
     finally:
         child.stop()
+
+
+@pytest.mark.kafka
+def test_a_hung_child_never_holds_a_cycle(kafka_lab: dict, tmp_path: Path) -> None:
+    tag = f"hang{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "kdiag.yaml"
+    config.write_text(yaml.safe_dump({
+        "interval": f"{INTERVAL:g}s", "state_dir": "",
+        "probe": {"enabled": True, "topic": f"{tag}-probe", "interval": 1.0},
+        "kafka": {"bootstrap_servers": kafka_lab["bootstrap"], "interval": "5s", "timeout": "20s",
+                  "local_broker_id": 1, "coordination_topic": f"__kdiag_coordination_{tag}",
+                  "coordination_group": f"kdiag-{tag}"}}))
+    stack = Stack(tmp_path)
+    hung: dict[str, int] = {}
+    try:
+        address = stack.kdiag_live("--config", str(config), "--no-discover")
+        daemon = stack.procs[-1]
+        for source in ("probe", "coordination"):
+            hung[source] = wait_until(lambda source=source: (pid := children(daemon.pid).get(source)) and
+                                      scrape(address)[0].get(source) == 1.0 and pid, 180, f"{source} working",
+                                      stack.logs)
+        for pid in hung.values():
+            os.kill(pid, signal.SIGSTOP)
+        # Each child is asked on a job of its own: while both hang (until each asking times out and the child is
+        # replaced) the cycles go on at their interval. Asked from the cycle, each would hold it for its timeout.
+        ages: list[float] = []
+
+        def replaced() -> bool:
+            ages.append(time.time() - scrape(address)[2])
+            found = children(daemon.pid)
+            return all(found.get(source) not in (None, pid) for source, pid in hung.items())
+
+        wait_until(replaced, 180, "both hung children replaced", stack.logs)
+        assert daemon.poll() is None
+        assert max(ages) < 3 * INTERVAL + 4, f"a cycle waited on a hung child: snapshot ages {ages}"
+        for source in hung:
+            wait_until(lambda source=source: scrape(address)[0].get(source) == 1.0, 180, f"{source} back", stack.logs)
+    finally:
+        for pid in hung.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        stack.close()
+        delete_topic(kafka_lab["bootstrap"], f"__kdiag_coordination_{tag}", f"kdiag-{tag}")
+        admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
+        admin.delete_topics([f"{tag}-probe"], operation_timeout=10)[f"{tag}-probe"].result(timeout=15)

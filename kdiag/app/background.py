@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from kdiag.collectors import Collector
 from kdiag.core.root import Root
@@ -17,6 +19,8 @@ STRETCH = 20.0
 CPU_BUDGET = 0.0025
 # 4 x 15 s keeps two fetches inside the 120 s over which lag growth is measured.
 MAX_STRETCH = 4.0
+
+T = TypeVar("T")
 
 
 class Background:
@@ -70,3 +74,24 @@ class Background:
         for h in health.values():
             h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
         return [], health
+
+
+class Asked(Generic[T]):
+    """A child process asked on its own job each cycle: the cycle takes the last answer and never waits for one."""
+
+    def __init__(self, ask: Callable[[], T]):
+        self.ask = ask
+        self._answer: T | None = None
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        """Ask now (the asking times out by itself when the child hangs or dies)."""
+        answer = self.ask()
+        with self._lock:
+            self._answer, self._at = answer, time.monotonic()
+
+    def latest(self) -> tuple[T | None, float]:
+        """The last answer (None before the first) and its age in seconds."""
+        with self._lock:
+            return self._answer, time.monotonic() - self._at

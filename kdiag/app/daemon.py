@@ -13,11 +13,15 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from kdiag.analysis.catalog import CatalogError
+from kdiag.app.background import Asked
 from kdiag.app.build import Services, stale_after
 from kdiag.app.wiring import kafka_deadline, load_rules
 from kdiag.config.settings import Config, ConfigError
 from kdiag.core.root import SnapshotRoot
-from kdiag.core.sample import Sample
+from kdiag.core.sample import Sample, sample
+from kdiag.kafka import coordination
+from kdiag.kafka.coordination import Reporting
+from kdiag.probe import process as probe_process
 from kdiag.kafka.jars import kafka_version
 from kdiag.probe.metrics import HELP as PROBE_HELP
 from kdiag.report.page import LivePage
@@ -29,6 +33,8 @@ log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_SECONDS = 5.0
 # Config keys a reload applies; the others need a restart.
 RELOADABLE = ("rules_dirs", "interval", "signal_window", "collector_timeout")
+# The longest a child's asking may take before it counts as not answering.
+ANSWER_TIMEOUT = max(probe_process.ANSWER_TIMEOUT, coordination.ANSWER_TIMEOUT)
 
 
 class Daemon:
@@ -49,6 +55,10 @@ class Daemon:
         self.probe = services.probe
         self.coordinator = services.coordinator
         self.pusher = services.pusher
+        # The children's answers are asked for on jobs of their own: a hung or restarting child never holds a cycle.
+        self.probe_status = Asked(self.probe.status) if self.probe else None
+        self.coordination_poll = (Asked(self.coordinator.poll) if self.coordinator and self.coordinator.worker
+                                  else None)
         # The page at / with its evidence over the history window.
         self.page = LivePage(self.config.history, kafka_version(self.config.kafka.jmx_classpath))
         self._live_root = services.root
@@ -68,6 +78,10 @@ class Daemon:
         for i, background in enumerate(self.background):
             self.scheduler.add_job(background.run, "interval", seconds=background.every, id=f"background-{i}",
                                    max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
+        for name, asked in (("probe-status", self.probe_status), ("coordination-poll", self.coordination_poll)):
+            if asked:
+                self.scheduler.add_job(asked.run, "interval", seconds=interval, id=name, max_instances=1,
+                                       coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.add_job(self.step, "interval", seconds=interval, id="collect", max_instances=1,
                                coalesce=True, next_run_time=datetime.now(UTC))
         self.scheduler.start()
@@ -87,7 +101,10 @@ class Daemon:
 
     def _publish(self, state: State) -> None:
         if self.coordinator:
-            state.reporting = self.coordinator.reporting()
+            polled, age = self.coordination_poll.latest() if self.coordination_poll else (True, 0.0)
+            # A coordination process that stopped answering may have lost the group: never report on its word.
+            state.reporting = (self.coordinator.reporting() if polled is not None and age <= self._answer_within()
+                               else Reporting(False, None))
             if self.services.handover:
                 self.services.handover.step(state, self.pipeline.engine, self.coordinator)
         self.published.publish(state, self._help())
@@ -112,14 +129,29 @@ class Daemon:
                 samples.append(got)
                 self._handed[id(background)] = got
             health.update(h)
-        if self.probe:
-            # The probe runs in its own process; here it only hands over its counters.
-            ok, error, got = self.probe.status()
-            samples.append(got)
+        if self.probe_status:
+            # The probe runs in its own process; its job hands over its counters.
+            status, age = self.probe_status.latest()
+            if status is None or age > self._answer_within():
+                status = False, self._silent("the probe process", age), [sample("kdiag_probe_up", 0.0)]
+            ok, error, got = status
+            (carried if got is self._handed.get(id(self.probe_status)) else samples).append(got)
+            self._handed[id(self.probe_status)] = got
             health["probe"] = self._service_health("probe", ok, error)
-        if self.coordinator and self.coordinator.worker:
-            health["coordination"] = self._service_health("coordination", *self.coordinator.poll())
+        if self.coordination_poll:
+            polled, age = self.coordination_poll.latest()
+            if polled is None or age > self._answer_within():
+                polled = False, self._silent("the coordination process", age)
+            health["coordination"] = self._service_health("coordination", *polled)
         return samples, carried, health
+
+    def _answer_within(self) -> float:
+        """How old a child's last answer may be: two cycles and the time its asking may take."""
+        return 2 * self._interval() + ANSWER_TIMEOUT
+
+    @staticmethod
+    def _silent(what: str, age: float) -> str:
+        return f"{what} has not answered for {age:.0f}s"
 
     def _service_health(self, name: str, ok: bool, error: str) -> Health:
         if ok:
