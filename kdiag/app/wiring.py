@@ -31,6 +31,7 @@ from kdiag.collectors.host.statvfs import StatvfsCollector
 from kdiag.collectors.host.sysctl import SysctlCollector
 from kdiag.collectors.host.vmstat import VmstatCollector
 from kdiag.config.settings import Config, Duration
+from kdiag.core.trust import trusted_uids
 from kdiag.recording.recording import Recording
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 
@@ -45,13 +46,13 @@ def host_collectors(config: Config) -> list[Collector]:
         ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline,
                            broker_user=config.kafka.broker_user),
         LoadgenCollector(config.loadgen.stats_dir),
-        BlockErrorsCollector(), Jbd2Collector(), *broker_collectors(),
+        BlockErrorsCollector(), Jbd2Collector(), *broker_collectors(config),
     ]
 
 
-def broker_collectors() -> list[Collector]:
+def broker_collectors(config: Config) -> list[Collector]:
     """The collectors of the broker processes' own files, sharing one cached lookup of their pids."""
-    brokers = BrokerPids()
+    brokers = BrokerPids(owners=trusted_uids(config.kafka.broker_user)[0])
     return [CgroupCpuCollector(brokers), SchedstatCollector(brokers)]
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Collection
 from typing import NamedTuple
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, parse_stat, read_source
+from kdiag.collectors.host.proctable import trusted
 from kdiag.core.root import Root
 
 
@@ -27,7 +29,9 @@ class BrokerPid(NamedTuple):
 class BrokerPids:
     """A cached lookup of the broker processes, shared by the collectors that need them."""
 
-    def __init__(self, rescan_seconds: float = 300.0, idle_rescan_seconds: float = 60.0):
+    def __init__(self, rescan_seconds: float = 300.0, idle_rescan_seconds: float = 60.0,
+                 owners: Collection[int] | None = None):
+        self.owners = owners  # only these users' kafka.Kafka processes are brokers (None: anyone's)
         self.rescan_seconds = rescan_seconds
         self.idle_rescan_seconds = idle_rescan_seconds
         self._known: list[BrokerPid] = []
@@ -43,7 +47,7 @@ class BrokerPids:
         alive = [b for b in self._known if _same_process(root, b)]
         every = self.rescan_seconds if alive else self.idle_rescan_seconds
         if len(alive) < len(self._known) or root.now() - self._scanned_at >= every:
-            alive = scan(root)
+            alive = scan(root, self.owners)
             self._scanned_at = root.now()
         self._known = alive
         return alive
@@ -56,14 +60,15 @@ def _same_process(root: Root, broker: BrokerPid) -> bool:
         return False
 
 
-def scan(root: Root) -> list[BrokerPid]:
-    """Every process whose command line runs kafka.Kafka (as the processes collector's is_broker tells)."""
+def scan(root: Root, owners: Collection[int] | None = None) -> list[BrokerPid]:
+    """Every process of owners whose command line runs kafka.Kafka (another user's look-alike is no broker)."""
     found = []
     for entry in root.listdir("proc", ""):
         if not entry.isdigit():
             continue
         try:
-            if BROKER_MAIN_CLASS not in parse_cmdline(root.read_proc(f"{entry}/cmdline")):
+            if BROKER_MAIN_CLASS not in parse_cmdline(root.read_proc(f"{entry}/cmdline")) \
+                    or not trusted(root, int(entry), owners):
                 continue
             stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
         except (OSError, ValueError):
