@@ -68,6 +68,17 @@ def scrape(address: str) -> tuple[dict[str, float], dict[str, str], float]:
     return success, reasons, cycle
 
 
+def write_config(tmp_path: Path, tag: str, bootstrap: str) -> Path:
+    """A daemon config with the probe and the election on topics and a group of the test's own."""
+    config = tmp_path / "kdiag.yaml"
+    config.write_text(yaml.safe_dump({
+        "interval": f"{INTERVAL:g}s", "state_dir": "",
+        "probe": {"enabled": True, "topic": f"{tag}-probe", "interval": 1.0},
+        "kafka": {"bootstrap_servers": bootstrap, "interval": "5s", "timeout": "20s", "local_broker_id": 1,
+                  "coordination_topic": f"__kdiag_coordination_{tag}", "coordination_group": f"kdiag-{tag}"}}))
+    return config
+
+
 def healthz(address: str) -> int:
     with urllib.request.urlopen(f"http://{address}/healthz", timeout=30) as r:
         return r.status
@@ -77,13 +88,7 @@ def healthz(address: str) -> int:
 def test_each_librdkafka_child_killed_by_sigabrt_then_sigsegv_costs_its_source_only(kafka_lab: dict,
                                                                                    tmp_path: Path) -> None:
     tag = f"crash{uuid.uuid4().hex[:8]}"
-    config = tmp_path / "kdiag.yaml"
-    config.write_text(yaml.safe_dump({
-        "interval": f"{INTERVAL:g}s", "state_dir": "",
-        "probe": {"enabled": True, "topic": f"{tag}-probe", "interval": 1.0},
-        "kafka": {"bootstrap_servers": kafka_lab["bootstrap"], "interval": "5s", "timeout": "20s",
-                  "local_broker_id": 1, "coordination_topic": f"__kdiag_coordination_{tag}",
-                  "coordination_group": f"kdiag-{tag}"}}))
+    config = write_config(tmp_path, tag, kafka_lab["bootstrap"])
     stack = Stack(tmp_path)
     try:
         address = stack.kdiag_live("--config", str(config), "--no-discover")  # no JmxTool: the box has 2 cores
@@ -155,13 +160,7 @@ def test_a_dead_child_is_reported_with_its_signal_and_restarted_after_a_backoff_
 @pytest.mark.kafka
 def test_a_hung_child_never_holds_a_cycle(kafka_lab: dict, tmp_path: Path) -> None:
     tag = f"hang{uuid.uuid4().hex[:8]}"
-    config = tmp_path / "kdiag.yaml"
-    config.write_text(yaml.safe_dump({
-        "interval": f"{INTERVAL:g}s", "state_dir": "",
-        "probe": {"enabled": True, "topic": f"{tag}-probe", "interval": 1.0},
-        "kafka": {"bootstrap_servers": kafka_lab["bootstrap"], "interval": "5s", "timeout": "20s",
-                  "local_broker_id": 1, "coordination_topic": f"__kdiag_coordination_{tag}",
-                  "coordination_group": f"kdiag-{tag}"}}))
+    config = write_config(tmp_path, tag, kafka_lab["bootstrap"])
     stack = Stack(tmp_path)
     hung: dict[str, int] = {}
     try:
