@@ -31,29 +31,24 @@ from kdiag.collectors.host.statvfs import StatvfsCollector
 from kdiag.collectors.host.sysctl import SysctlCollector
 from kdiag.collectors.host.vmstat import VmstatCollector
 from kdiag.config.settings import Config, Duration
-from kdiag.core.trust import trusted_uids
 from kdiag.recording.recording import Recording
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 
 
 def host_collectors(config: Config) -> list[Collector]:
-    """One collector per /proc or /sys source."""
+    """One collector per /proc or /sys source; the broker processes' own files through the processes collector's
+    table, which reads the brokers every cycle."""
+    processes = ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline,
+                                   broker_user=config.kafka.broker_user)
+    brokers = BrokerPids(table=processes.table)
     return [
         StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
         NetstatCollector(), NetclassCollector({n: c.speed_mbps for n, c in config.nics.items() if c.speed_mbps}),
         DiskstatsCollector(), BlockCollector(), VmstatCollector(),
-        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(),
-        ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline,
-                           broker_user=config.kafka.broker_user),
-        LoadgenCollector(config.loadgen.stats_dir),
-        BlockErrorsCollector(), Jbd2Collector(), *broker_collectors(config),
+        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(), processes,
+        LoadgenCollector(config.loadgen.stats_dir), BlockErrorsCollector(), Jbd2Collector(),
+        CgroupCpuCollector(brokers), SchedstatCollector(brokers),
     ]
-
-
-def broker_collectors(config: Config) -> list[Collector]:
-    """The collectors of the broker processes' own files, sharing one cached lookup of their pids."""
-    brokers = BrokerPids(owners=trusted_uids(config.kafka.broker_user)[0])
-    return [CgroupCpuCollector(brokers), SchedstatCollector(brokers)]
 
 
 def admin_collector(config: Config) -> Collector:

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, parse_stat, read_source
-from kdiag.collectors.host.proctable import trusted
+from kdiag.collectors.host.proctable import ProcessTable, trusted
 from kdiag.core.root import Root
 
 
@@ -30,8 +30,9 @@ class BrokerPids:
     """A cached lookup of the broker processes, shared by the collectors that need them."""
 
     def __init__(self, rescan_seconds: float = 300.0, idle_rescan_seconds: float = 60.0,
-                 owners: Collection[int] | None = None):
+                 owners: Collection[int] | None = None, table: ProcessTable | None = None):
         self.owners = owners  # only these users' kafka.Kafka processes are brokers (None: anyone's)
+        self.table = table  # the processes collector's table: its brokers are read every cycle, no scan needed
         self.rescan_seconds = rescan_seconds
         self.idle_rescan_seconds = idle_rescan_seconds
         self._known: list[BrokerPid] = []
@@ -44,6 +45,8 @@ class BrokerPids:
             return self._brokers(root)
 
     def _brokers(self, root: Root) -> list[BrokerPid]:
+        if self.table is not None:
+            return [BrokerPid(p.pid, p.stat.comm, p.stat.start_ticks) for p in self.table.brokers()]
         alive = [b for b in self._known if _same_process(root, b)]
         every = self.rescan_seconds if alive else self.idle_rescan_seconds
         if len(alive) < len(self._known) or root.now() - self._scanned_at >= every:

@@ -137,7 +137,7 @@ def moved(p: Process, before: Process) -> bool:
 class ProcessTable:
     """Which pids to read each cycle, and what the last read of each left (`known`, by pid)."""
 
-    def __init__(self, full_scan_seconds: float = 30.0, moving_seconds: float = 60.0, trigger_cores: float = 0.03,
+    def __init__(self, full_scan_seconds: float = 120.0, moving_seconds: float = 60.0, trigger_cores: float = 0.03,
                  trigger_read_bytes_per_second: float = 2 * 2**20, owners: Collection[int] | None = None):
         self.full_scan_seconds = full_scan_seconds
         self.moving_seconds = moving_seconds
@@ -149,6 +149,7 @@ class ProcessTable:
         self._full_at = -math.inf
         self._host: HostWork | None = None
         self._cycle_at = -math.inf
+        self._brokers: list[Process] = []
 
     def read(self, root: Root) -> list[Reading]:
         """The processes read this cycle, each with its read before."""
@@ -175,6 +176,7 @@ class ProcessTable:
         # A new process did all its work since the last cycle (the first cycle has none: growth is what it did).
         since_cycle = now - self._cycle_at if math.isfinite(self._cycle_at) else 1.0
         self._host, self._cycle_at = host, now
+        self._brokers = [p for p in procs if p.broker]  # one list swapped: other collectors' threads read it
         readings = []
         for p in procs:
             old = before.get(p.pid)
@@ -187,7 +189,7 @@ class ProcessTable:
     def brokers(self) -> list[Process]:
         """The trusted broker processes the last cycle read (every cycle reads them): for collectors that need their
         pids, at no cost of their own."""
-        return [k.process for k in self.known.values() if k.process.broker and k.read_at == self._cycle_at]
+        return self._brokers
 
     def _watched(self, known: Known, now: float) -> bool:
         # A pid first read last cycle is read once more, for its growth over a whole cycle.

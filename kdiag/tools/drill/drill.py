@@ -16,7 +16,6 @@ from pathlib import Path
 from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.collectors.host.brokerpids import BrokerPids
 from kdiag.collectors.host.cgroup_cpu import CgroupCpuCollector
-from kdiag.core.trust import trusted_uids
 from kdiag.collectors.host.meminfo import MeminfoCollector
 from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.collectors.host.stat import StatCollector
@@ -82,10 +81,11 @@ class Monitor:
         config = load_config(None, overrides)
         self.rules = load_rules(config)
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
-        brokers = BrokerPids(owners=trusted_uids(config.kafka.broker_user)[0])
-        host: list[Collector] = [ProcessesCollector(config.processes.top_n, config.processes.log_dirs,
-                                                    broker_user=config.kafka.broker_user), MeminfoCollector(),
-                StatCollector(), CgroupCpuCollector(brokers)]  # the lab brokers' CPU quota: broker-throttled
+        processes = ProcessesCollector(config.processes.top_n, config.processes.log_dirs,
+                                       broker_user=config.kafka.broker_user)
+        # The lab brokers' CPU quota (broker-throttled), their pids from the processes collector's table.
+        host: list[Collector] = [processes, MeminfoCollector(), StatCollector(),
+                                 CgroupCpuCollector(BrokerPids(table=processes.table))]
         collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
         self.states: list[State] = []
