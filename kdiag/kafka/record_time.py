@@ -61,7 +61,9 @@ class RecordTimes:
         wanted = {(t, p, o) for (_, t), parts in behind.items() for _, p, o in parts}
         unread = sorted({(lag, t, p, o) for (_, t), parts in behind.items() for lag, p, o in parts
                          if (t, p, o) not in self._known}, reverse=True)
-        self._read([(t, p, o) for _, t, p, o in unread[:MAX_READS]])
+        # One offset per partition per read (two groups on one partition wait their turn), the furthest behind first.
+        first = {(t, p): o for _, t, p, o in reversed(unread)}
+        self._read([(t, p, o) for (t, p), o in list(reversed(first.items()))[:MAX_READS]])
         for (group, topic), parts in behind.items():
             times = [at for _, p, o in parts if (at := self._known.get((topic, p, o))) is not None]
             if times:
