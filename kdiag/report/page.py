@@ -223,7 +223,8 @@ def legend(fault: bool) -> str:
 def document(title: str, main: str, interval: float = 0.0) -> str:
     """The whole self-contained page; with an interval, the script that refreshes `main` every cycle."""
     script = f"<script>{SCRIPT}</script>" if interval else ""
-    status = '<p id="status">snapshot; live updates need script</p>' if interval else ""
+    status = ('<p id="status">snapshot; live updates need script</p><p class="facts"><a href="/metrics">metrics</a>'
+              ' · <a href="/api/diagnoses">diagnoses as JSON</a></p>' if interval else "")
     return ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
             '<meta name="viewport" content="width=device-width,initial-scale=1">'

@@ -275,7 +275,8 @@ class Published:
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'
-        self.page = b"<!DOCTYPE html><title>kdiag</title><p>kdiag: first collection still running</p>\n"
+        self.page = (b'<!DOCTYPE html><title>kdiag</title><p>kdiag: first collection still running; '
+                     b'<a href="/metrics">metrics</a> &#183; <a href="/api/diagnoses">diagnoses as JSON</a></p>\n')
         self.page_json = b'{"time": 0, "updated": "", "main": "<p>first collection still running</p>"}'
         self.failing = b""
         self.ready = False
