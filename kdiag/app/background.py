@@ -91,7 +91,8 @@ class Asked(Generic[T]):
         with self._lock:
             self._answer, self._at = answer, time.monotonic()
 
-    def latest(self) -> tuple[T | None, float]:
-        """The last answer (None before the first) and its age in seconds."""
+    def fresh(self, within: float) -> tuple[T | None, float]:
+        """The last answer if it is at most `within` seconds old, else None (also before the first); and its age."""
         with self._lock:
-            return self._answer, time.monotonic() - self._at
+            answer, age = self._answer, time.monotonic() - self._at
+        return (answer if age <= within else None), age

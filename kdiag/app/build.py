@@ -16,8 +16,10 @@ from kdiag.app.wiring import host_collectors, kafka_collectors, kafka_deadline, 
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.kafka.coordination import CoordinatorProcess, Member
+from kdiag.kafka.jars import kafka_version
 from kdiag.probe.process import ProbeProcess
 from kdiag.recording.recording import Recording
+from kdiag.report.page import LivePage
 from kdiag.runtime.handover import Handover
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.serve.exporter import Published
@@ -41,6 +43,7 @@ class Services:
     probe: ProbeProcess | None  # the probe's and the election's librdkafka clients live in child processes
     coordinator: CoordinatorProcess | None
     pusher: AlertPusher | None
+    page: LivePage  # the page at /, with the evidence over the history window
     handover: Handover | None = None  # cluster scope shared through the election's state topic
 
 
@@ -87,7 +90,8 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     interval = recording.interval if recording else config.interval
     published = Published(stale_after(config, interval), kafka.max_series, interval)
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
-                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, handover)
+                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher,
+                    LivePage(config.history, kafka_version(kafka.jmx_classpath)), handover)
 
 
 def stale_after(config: Config, interval: float) -> float:

@@ -22,9 +22,7 @@ from kdiag.core.sample import Sample, sample
 from kdiag.kafka import coordination
 from kdiag.kafka.coordination import Reporting
 from kdiag.probe import process as probe_process
-from kdiag.kafka.jars import kafka_version
 from kdiag.probe.metrics import HELP as PROBE_HELP
-from kdiag.report.page import LivePage
 from kdiag.runtime.pipeline import Health, State
 
 log = logging.getLogger(__name__)
@@ -59,8 +57,7 @@ class Daemon:
         self.probe_status = Asked(self.probe.status) if self.probe else None
         self.coordination_poll = (Asked(self.coordinator.poll) if self.coordinator and self.coordinator.worker
                                   else None)
-        # The page at / with its evidence over the history window.
-        self.page = LivePage(self.config.history, kafka_version(self.config.kafka.jmx_classpath))
+        self.page = services.page
         self._live_root = services.root
         self.scheduler = BackgroundScheduler(timezone="UTC")
         # Plain flags, not Events: signal handlers set them, and an Event's lock could deadlock its own thread.
@@ -101,10 +98,9 @@ class Daemon:
 
     def _publish(self, state: State) -> None:
         if self.coordinator:
-            polled, age = self.coordination_poll.latest() if self.coordination_poll else (True, 0.0)
+            answered = self.coordination_poll.fresh(self._answer_within())[0] if self.coordination_poll else True
             # A coordination process that stopped answering may have lost the group: never report on its word.
-            state.reporting = (self.coordinator.reporting() if polled is not None and age <= self._answer_within()
-                               else Reporting(False, None))
+            state.reporting = self.coordinator.reporting() if answered is not None else Reporting(False, None)
             if self.services.handover:
                 self.services.handover.step(state, self.pipeline.engine, self.coordinator)
         self.published.publish(state, self._help())
@@ -122,28 +118,26 @@ class Daemon:
         health: dict[str, Health] = {}
         for background in self.background:
             got, h = background.latest()
-            # Each run makes a new list: the same list again means no fetch since the last cycle.
-            if got is self._handed.get(id(background)):
-                carried.append(got)
-            else:
-                samples.append(got)
-                self._handed[id(background)] = got
+            self._hand(background, got, samples, carried)
             health.update(h)
         if self.probe_status:
             # The probe runs in its own process; its job hands over its counters.
-            status, age = self.probe_status.latest()
-            if status is None or age > self._answer_within():
-                status = False, self._silent("the probe process", age), [sample("kdiag_probe_up", 0.0)]
-            ok, error, got = status
-            (carried if got is self._handed.get(id(self.probe_status)) else samples).append(got)
-            self._handed[id(self.probe_status)] = got
+            status, age = self.probe_status.fresh(self._answer_within())
+            ok, error, got = status or (False, self._silent("the probe process", age), [sample("kdiag_probe_up", 0.0)])
+            self._hand(self.probe_status, got, samples, carried)
             health["probe"] = self._service_health("probe", ok, error)
         if self.coordination_poll:
-            polled, age = self.coordination_poll.latest()
-            if polled is None or age > self._answer_within():
-                polled = False, self._silent("the coordination process", age)
-            health["coordination"] = self._service_health("coordination", *polled)
+            polled, age = self.coordination_poll.fresh(self._answer_within())
+            health["coordination"] = self._service_health(
+                "coordination", *(polled or (False, self._silent("the coordination process", age))))
         return samples, carried, health
+
+    def _hand(self, source: object, got: list[Sample], samples: list[list[Sample]],
+              carried: list[list[Sample]]) -> None:
+        """Add a job's samples to the cycle: as new, or as carried when it is the list an earlier cycle already got
+        (each run makes a new list: the same list again means nothing new since)."""
+        (carried if got is self._handed.get(id(source)) else samples).append(got)
+        self._handed[id(source)] = got
 
     def _answer_within(self) -> float:
         """How old a child's last answer may be: two cycles and the time its asking may take."""
