@@ -56,6 +56,7 @@ class Stat(NamedTuple):
     start_ticks: int
     state: str = ""
     kernel_thread: bool = False
+    children_ticks: int = 0  # cutime+cstime: the CPU of its children that exited and were reaped
 
 
 def parse_stat(text: str, source: str = "/proc/<pid>/stat") -> Stat:
@@ -64,9 +65,9 @@ def parse_stat(text: str, source: str = "/proc/<pid>/stat") -> Stat:
     _, _, comm = head.partition("(")
     fields = tail.split()
     try:
-        # tail starts at field 3 (state): flags, utime, stime and starttime are fields 9, 14, 15 and 22.
+        # tail starts at field 3 (state): flags, utime, stime, cutime, cstime, starttime are fields 9, 14-17 and 22.
         return Stat(comm, int(fields[11]) + int(fields[12]), int(fields[19]), fields[0],
-                    bool(int(fields[6]) & PF_KTHREAD))
+                    bool(int(fields[6]) & PF_KTHREAD), int(fields[13]) + int(fields[14]))
     except (IndexError, ValueError):
         raise malformed(source, 1, text) from None
 

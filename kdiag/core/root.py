@@ -15,6 +15,8 @@ from kdiag.core.archive import MAX_EPOCH, MAX_JSON_BYTES, is_number, read_record
 from kdiag.core.quote import quote
 from kdiag.core.redact import redact_cmdline_file
 
+READ_CHUNK = 65536
+
 
 class Root:
     """The live host: files under procfs and sysfs roots, the wall clock, Kafka fetched on demand."""
@@ -28,13 +30,21 @@ class Root:
         """Seconds since the epoch at which this root's facts hold."""
         return self._clock()
 
-    def _path(self, tree: str, rel: str) -> Path:
-        return (self.proc if tree == "proc" else self.sys) / rel
+    def _path(self, tree: str, rel: str) -> str:
+        # Plain strings, not Path objects: a full process scan builds 10,000 of these.
+        return f"{self.proc if tree == 'proc' else self.sys}/{rel}"
 
     def read(self, tree: str, rel: str) -> str:
         """Text of a file under the proc or sys tree; raises OSError when it is missing."""
-        with open(self._path(tree, rel), encoding="utf-8", errors="replace") as f:
-            return f.read()
+        # os.read, not open(): a text-mode file object costs more than the kernel's read of a /proc file.
+        fd = os.open(self._path(tree, rel), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            chunks = []
+            while chunk := os.read(fd, READ_CHUNK):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", errors="replace")
 
     def read_proc(self, rel: str) -> str:
         """Text of a file under the procfs root."""
@@ -201,13 +211,13 @@ class TeeRoot(Root):
             base = os.path.realpath(self._path(tree, ""))
             where = os.path.relpath(copy, self.directory / tree)
             for name in names:
-                live = self._path(tree, rel) / name
+                live = os.path.join(self._path(tree, rel), name)
                 if os.path.lexists(copy / name):
                     continue
                 if os.path.islink(live):
                     if (text := _link_inside(base, os.path.join(where, name))) is not None:
                         os.symlink(text, copy / name)
-                elif live.is_dir():
+                elif os.path.isdir(live):
                     (copy / name).mkdir()
                 else:
                     (copy / name).touch()

@@ -96,6 +96,30 @@ def test_a_long_running_process_that_starts_reading_from_disk_is_found_in_that_c
     assert cycle(tree, collector)[0] == {BROKER, AGENT}
 
 
+def test_a_process_that_used_no_cpu_has_its_io_left_unread(tree):
+    collector = steady(tree)
+    collector.table.full_scan_seconds = 0.0  # every cycle a full scan: the idle ones are read, their io is not
+    tree.now += INTERVAL
+    tree.procs[BROKER].cpu_ticks += 100
+    tree.host_cpu_ticks += 100
+    root = tree.write()
+    collector.collect(root)
+    assert root.pids_read == {BROKER, AGENT, *IDLE}
+    assert f"{BROKER}/io" in root.files_read and f"{IDLE[0]}/stat" in root.files_read
+    assert not {f"{pid}/io" for pid in [AGENT, *IDLE]} & root.files_read
+
+
+def test_a_shell_loops_short_commands_are_explained_by_the_shell(tree):
+    collector = steady(tree)
+    for n in range(4):  # each cycle the agent's shell runs commands that exit before the next listing
+        tree.procs[AGENT].cpu_ticks += 1
+        tree.procs[AGENT].children_ticks += 200  # 0.4 cores, reaped into the shell's cutime
+        tree.host_cpu_ticks += 201
+        read = cycle(tree, collector)[0]
+        # Its first wake-up is work nobody explained (a full scan); then it is read each cycle and explains it.
+        assert read == ({BROKER, AGENT, *IDLE} if n == 0 else {BROKER, AGENT})
+
+
 def test_another_users_kafka_process_is_no_broker(tree):
     stranger_argv = ["java", "-cp", "/home/mallory/*", "kafka.Kafka", "/home/mallory/server.properties"]
     tree.procs[4100] = Proc("java", stranger_argv, uid=1234, cpu_ticks=10, read_bytes=90 * MB, rchar=90 * MB,
