@@ -11,7 +11,6 @@ import os
 import secrets
 import socket
 import ssl
-import statistics
 import threading
 import time
 from pathlib import Path
@@ -163,16 +162,15 @@ def test_an_unknown_user_costs_what_a_known_user_costs(tmp_path):
     assert load_web_config(path).unknown_user_hash.startswith(b"$2b$12$")
     k = Kdiag(tmp_path, "--web-config", str(path))
     try:
-        def median_401(user: str, first_address: int) -> float:
-            times = []
-            for i in range(3):  # a new address and password each time: no cached failure, no backoff
-                status, took, _ = ask(k.port, secrets.token_hex(8).encode(), source=f"127.0.2.{first_address + i}",
+        times: dict[str, list[float]] = {USER: [], "nobody": []}
+        for i in range(5):  # a new address and password each time: no cached failure, no backoff
+            for n, user in enumerate(times):  # interleaved, so a busy moment of a shared machine slows both
+                status, took, _ = ask(k.port, secrets.token_hex(8).encode(), source=f"127.0.2.{1 + 2 * i + n}",
                                       user=user)
                 assert status == 401
-                times.append(took)
-            return statistics.median(times)
-
-        known, unknown = median_401(USER, 1), median_401("nobody", 10)
+                times[user].append(took)
+        # The fastest of each: what the check costs when nothing else on the machine gets in its way.
+        known, unknown = min(times[USER]), min(times["nobody"])
         assert 0.5 < unknown / known < 2, f"known user {known * 1000:.0f} ms, unknown {unknown * 1000:.0f} ms"
     finally:
         k.close()
