@@ -10,7 +10,7 @@ from kdiag.analysis.engine import Diagnosis, Engine
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import CoordinatorProcess, Member, Reporting
-from kdiag.runtime.handover import WARM_FETCHES, Handover
+from kdiag.runtime.handover import STANDBY_SLOWDOWN, WARM_FETCHES, Handover
 from kdiag.runtime.pipeline import State
 
 RULES = load_catalog([default_rules_dir()])
@@ -92,3 +92,12 @@ def test_a_stale_or_foreign_record_lists_nothing(fleet):
     for record in (None, {"format": "other"}, ["not", "a", "dict"]):
         standby[2].published = record
         assert cycle(standby, T0 + 5, False, []).diagnoses == []
+
+
+def test_a_standby_slows_its_admin_job_down_and_an_elected_one_speeds_it_up(fleet):
+    paces: list[float] = []
+    daemon = (Handover("a", fleet[0][1], paces.append), *fleet[0][1:])
+    cycle(daemon, T0, False, [])
+    assert paces == [STANDBY_SLOWDOWN] and not fleet[0][1].full
+    cycle(daemon, T0 + 5, True, [])
+    assert paces == [STANDBY_SLOWDOWN, 1.0] and fleet[0][1].full

@@ -222,6 +222,22 @@ def test_background_samples_expire_when_its_job_stops_running(tmp_path):
     assert not health["loadavg"].success and health["loadavg"].error.startswith("stale: its job last completed")
 
 
+def test_a_slowed_down_job_keeps_its_slower_pace_and_runs_at_once_when_sped_up(tmp_path):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "loadavg").write_text((FIXTURES / "host-vm2" / "proc" / "loadavg").read_text())
+    background = Background([LoadavgCollector()], Root(proc, tmp_path / "sys"), every=0.2, timeout=5, adaptive=True)
+    background.slow_down(500.0)  # a standby's admin job: 100 s at this `every`
+    # The first run is never stretched; the second, due a tick later, sets the pace.
+    wait_until(lambda: background.run() or background._runs == 2, 30, "two runs")
+    assert background.period == 100.0
+    background.run()
+    assert background._runs == 2  # not due for 100 s
+    background.slow_down(1.0)  # elected: the next tick runs it
+    background.run()
+    assert background._runs == 3
+
+
 def test_healthz_turns_503_when_no_cycle_completes(tmp_path):
     published = Published(stale_after=0.5)
     assert published.health() == (503, b"starting\n")

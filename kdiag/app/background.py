@@ -33,6 +33,7 @@ class Background:
         self.every = every
         self.adaptive = adaptive
         self.period = every  # every, or longer (adaptive) while runs take long
+        self.slowdown = 1.0  # the period is at least slowdown x every (slow_down)
         self._next = 0.0
         self._runs = 0
         self._samples: list[Sample] = []
@@ -58,11 +59,19 @@ class Background:
             took = time.monotonic() - start
             health = self.collectors.health.values()
             cost = sum(h.cpu for h in health)
-            stretched = min(max(self.every, took * STRETCH, cost / CPU_BUDGET), MAX_STRETCH * self.every)
+            floor = self.slowdown * self.every
+            stretched = min(max(floor, took * STRETCH, cost / CPU_BUDGET), max(MAX_STRETCH * self.every, floor))
             self.period = stretched if all(h.success for h in health) else self.every
         self._next = start + self.period - min(1.0, self.every / 2)
         with self._lock:
             self._samples, self._at = samples, time.monotonic()
+
+    def slow_down(self, factor: float) -> None:
+        """Run at most every factor x every from the next run on (1: the usual pace); a factor lower than before runs
+        the job at its next tick."""
+        if factor < self.slowdown:
+            self._next = 0.0
+        self.slowdown = factor
 
     def latest(self) -> tuple[list[Sample], dict[str, Health]]:
         """The last samples and the health of each collector; none, and failed, when the job has not run for long."""

@@ -55,14 +55,15 @@ def build(config: Config, recording: Recording | None = None) -> Services:
                               config.collector_timeout)
     background: list[Background] = []
     live: dict[str, Collector] = {}
+    jobs: dict[str, Background] = {}
     if not recording:
         # Kafka answers slower than /proc: its collectors run on their own schedule, merged each cycle. JmxTool
         # polls every kafka.jmx_interval by itself; its job looks each cycle whether a row came (ready()).
         every = {"admin": config.kafka.interval, "jmx": config.interval}
         live = kafka_collectors(config)
         for source, collector in live.items():
-            background.append(Background([collector], root, every[source], kafka_deadline(config),
-                                         adaptive=source == "admin"))
+            jobs[source] = Background([collector], root, every[source], kafka_deadline(config), adaptive=source == "admin")
+        background += jobs.values()
     host = recording.host if recording else socket.gethostname()
     kafka = config.kafka
     pipeline = Pipeline(collectors, rules, host, config.history, config.signal_window, kafka.cluster_name,
@@ -84,7 +85,7 @@ def build(config: Config, recording: Recording | None = None) -> Services:
         assert admin is None or isinstance(admin, KafkaAdminCollector)
         if admin is not None:
             admin.full = False  # until elected: the reporter alone reads cluster-wide state
-        handover = Handover(host, admin)
+        handover = Handover(host, admin, jobs["admin"].slow_down if "admin" in jobs else None)
     pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
                           authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
     interval = recording.interval if recording else config.interval

@@ -9,6 +9,7 @@ pending one its timer. Until its own cluster-wide fetches give it rates again, i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kdiag.analysis.engine import Diagnosis, Engine
@@ -19,6 +20,9 @@ from kdiag.runtime.pipeline import State
 
 # Full admin fetches a new reporter waits for before judging cluster rules itself: rates need two.
 WARM_FETCHES = 2
+# A standby's admin fetch (metadata, the local broker's and its topics' configs: for its host-scope rules) runs every
+# 20 admin intervals, 5 minutes by default: leaders and configs change seldom, and only the reporter measures rates.
+STANDBY_SLOWDOWN = 20.0
 Key = tuple[str, str]
 
 
@@ -42,9 +46,11 @@ def published_diagnoses(record: Any, engine: Engine, now: float) -> list[Diagnos
 class Handover:
     """Each cycle after the pipeline's step: scope the admin fetches to the role, publish or adopt cluster scope."""
 
-    def __init__(self, host: str, admin: KafkaAdminCollector | None):
+    def __init__(self, host: str, admin: KafkaAdminCollector | None,
+                 slow_admin: Callable[[float], None] | None = None):
         self.host = host
         self.admin = admin
+        self.slow_admin = slow_admin  # the admin job's slow_down
         self._held: dict[Key, Diagnosis] = {}  # the published diagnoses, kept until a new reporter is warm
         self._elected_at: int | None = None  # the admin's full fetches when this daemon was elected
         self._warm = False
@@ -55,6 +61,8 @@ class Handover:
         reporting = state.reporting.reporting
         if self.admin is not None:
             self.admin.full = reporting  # from the next fetch on
+        if self.slow_admin is not None:
+            self.slow_admin(1.0 if reporting else STANDBY_SLOWDOWN)  # elected: a full fetch at the admin job's next tick
         if not reporting:
             self._elected_at, self._warm = None, False
             self._held = {(d.rule.id, d.subject): d for d in published_diagnoses(coordinator.published, engine, state.time)}
