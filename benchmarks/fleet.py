@@ -143,17 +143,13 @@ def measure(base: dict, n: int, window: float, warmup: float, poll: float) -> di
         daemons = [Daemon(Path(tmp), fleet_config(base, i % 3 + 1, i < 3, tag), f"d{i}") for i in range(n)]
         host_only = Daemon(Path(tmp), {k: v for k, v in base.items() if k not in ("kafka", "probe")}
                            | {"probe": {"enabled": False}}, "host")
-        # The same host work as a daemon on broker 1's host, its broker's JMX included, without the cluster connection.
-        host_jmx = Daemon(Path(tmp), {**base, "probe": {"enabled": False}, "kafka": {
-            k: v for k, v in fleet_config(base, 1, True, tag)["kafka"].items()
-            if k in ("jmx", "jmx_classpath", "broker_user", "local_broker_id")}}, "host+jmx")
         try:
             deadline = time.monotonic() + 300
             while True:
                 bodies = [d.metrics() for d in daemons]
                 fetched = all(b'kdiag_collector_success{collector="kafka_admin"} 1.0' in b for b in bodies)
                 reporters = [d for d, b in zip(daemons, bodies, strict=True) if REPORTING.search(b)]
-                if fetched and len(reporters) == 1 and host_only.metrics() and host_jmx.metrics():
+                if fetched and len(reporters) == 1 and host_only.metrics():
                     break
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{n} daemons: no admin fetch or no single reporter within 300 s; see {tmp}")
@@ -161,7 +157,7 @@ def measure(base: dict, n: int, window: float, warmup: float, poll: float) -> di
             reporter = reporters[0]
             progress(f"  {n} daemon(s): reporter {reporter.name}; warm-up {warmup:g}s, window {window:g}s")
             time.sleep(warmup)
-            everyone = [*daemons, host_only, host_jmx]
+            everyone = [*daemons, host_only]
             for d in everyone:
                 d.cpu0 = d.cpu()
             t0 = time.monotonic()
@@ -172,7 +168,7 @@ def measure(base: dict, n: int, window: float, warmup: float, poll: float) -> di
             rss = {d.name: d.rss() for d in everyone}
             still = [d for d in daemons if REPORTING.search(d.metrics())]
         finally:
-            for d in [*daemons, host_only, host_jmx]:
+            for d in [*daemons, host_only]:
                 d.stop()
         others = [d.name for d in daemons if d is not reporter]
         return {"requests": requests, "reporter": reporter.name, "share": share, "parts": parts, "rss": rss,
@@ -239,16 +235,15 @@ def report(results: dict[int, dict], baseline: dict[str, float], args: argparse.
     # the single daemon's measured rate: each standby would add a quarter of it.
     print("| alternative: standbys at 1/4 rate (derived) | " + " | ".join(
         f"{one * (1 + (n - 1) / 4):.2f} ({1 + (n - 1) / 4:.2f}x)" for n in sizes) + " |\n")
-    print("| daemons | reporter CPU | non-reporter CPU (median, max) | host-only CPU | host + its broker's JMX CPU | "
-          "reporter RSS | non-reporter RSS (median) | host-only RSS | reporter unchanged |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| daemons | reporter CPU | non-reporter CPU (median, max) | host-only CPU | reporter RSS | non-reporter RSS "
+          "(median) | host-only RSS | reporter unchanged |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for n in sizes:
         r = results[n]
         cpu = sorted(r["share"][o] * 100 for o in r["others"])
         rss = sorted(r["rss"][o] for o in r["others"])
         median = f"{cpu[len(cpu) // 2]:.2f}%, {cpu[-1]:.2f}%" if cpu else "-"
         print(f"| {n} | {r['share'][r['reporter']] * 100:.2f}% | {median} | {r['share']['host'] * 100:.2f}% | "
-              f"{r['share']['host+jmx'] * 100:.2f}% | "
               f"{r['rss'][r['reporter']]:.0f} MB | {f'{rss[len(rss) // 2]:.0f} MB' if rss else '-'} | "
               f"{r['rss']['host']:.0f} MB | {'yes' if r['stable'] else 'no'} |")
 
@@ -258,7 +253,7 @@ def report(results: dict[int, dict], baseline: dict[str, float], args: argparse.
         r = results[n]
         others = sorted(r["others"], key=lambda o: r["share"][o])
         shown = [("reporter", r["reporter"]), *([("non-reporter (median)", others[len(others) // 2])] if others else []),
-                 ("host-only", "host"), ("host and its broker's JMX", "host+jmx")]
+                 ("host-only", "host")]
         for role, name in shown:
             part = r["parts"][name]
             print(f"| {n} | {role} | {r['share'][name] * 100:.2f}% | " + " | ".join(

@@ -10,7 +10,7 @@ from kdiag.analysis.engine import Diagnosis, Engine
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import CoordinatorProcess, Member, Reporting
-from kdiag.runtime.handover import STANDBY_SLOWDOWN, WARM_FETCHES, Handover
+from kdiag.runtime.handover import REPUBLISH_SECONDS, STANDBY_SLOWDOWN, WARM_FETCHES, Handover
 from kdiag.runtime.pipeline import State
 
 RULES = load_catalog([default_rules_dir()])
@@ -101,3 +101,17 @@ def test_a_standby_slows_its_admin_job_down_and_an_elected_one_speeds_it_up(flee
     assert paces == [STANDBY_SLOWDOWN] and not fleet[0][1].full
     cycle(daemon, T0 + 5, True, [])
     assert paces == [STANDBY_SLOWDOWN, 1.0] and fleet[0][1].full
+
+
+def test_the_reporter_publishes_a_change_at_once_and_the_same_diagnoses_once_a_minute(fleet):
+    reporter = fleet[0]
+    cycle(reporter, T0, True, [skew(T0 - 100)])
+    assert reporter[2].outgoing is not None
+    reporter[2].outgoing = None  # sent by the coordination process's poll
+    cycle(reporter, T0 + 5, True, [skew(T0 - 100)])
+    assert reporter[2].outgoing is None  # nothing changed: each standby's long poll goes on
+    cycle(reporter, T0 + 10, True, [])
+    assert reporter[2].outgoing is not None and reporter[2].outgoing["diagnoses"] == []  # resolved: at once
+    reporter[2].outgoing = None
+    cycle(reporter, T0 + 10 + REPUBLISH_SECONDS, True, [])
+    assert reporter[2].outgoing is not None  # a minute on: the same again

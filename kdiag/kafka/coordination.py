@@ -39,8 +39,8 @@ SESSION_TIMEOUT_MS = 6000  # the brokers' default group.min.session.timeout.ms: 
 HEARTBEAT_INTERVAL_MS = 2000  # a third of the session timeout, as Kafka advises: each daemon's heartbeats cost 0.5/s
 DESCRIBE_EVERY = 2.0  # seconds between the reporter's looks at who holds partition 0 (a third of the session timeout)
 # A standby looks less often (each look is a DescribeGroups and a ConsumerGroupDescribe): it learns of an assignment
-# change from the group protocol itself and looks at once then.
-STANDBY_DESCRIBE_EVERY = 10.0
+# change from the group protocol itself and looks at once then; the look only names the reporter for reported_by.
+STANDBY_DESCRIBE_EVERY = 30.0
 # A look slower than this is a failed look (the session timeout judges); it also bounds how long a stop waits for
 # the thread to close the consumer, whose LeaveGroup hands partition 0 over at once.
 DESCRIBE_TIMEOUT = 3.0

@@ -23,6 +23,9 @@ WARM_FETCHES = 2
 # A standby's admin fetch (metadata, the local broker's and its topics' configs: for its host-scope rules) runs every
 # 20 admin intervals, 5 minutes by default: leaders and configs change seldom, and only the reporter measures rates.
 STANDBY_SLOWDOWN = 20.0
+# The reporter publishes when a cluster-scope diagnosis comes, goes or changes state or since, else once a minute (its
+# evidence values, and a sign of life): every record ends each standby's long poll of the state topic with a Fetch.
+REPUBLISH_SECONDS = 60.0
 Key = tuple[str, str]
 
 
@@ -54,6 +57,7 @@ class Handover:
         self._held: dict[Key, Diagnosis] = {}  # the published diagnoses, kept until a new reporter is warm
         self._elected_at: int | None = None  # the admin's full fetches when this daemon was elected
         self._warm = False
+        self._published: tuple[float, list[tuple[str, str, str, float]]] | None = None  # when, and what it said
 
     def step(self, state: State, engine: Engine, coordinator: CoordinatorProcess) -> None:
         """Adopt the published cluster-scope diagnoses (not reporting), hold them (reporting, not yet warm), and
@@ -64,13 +68,17 @@ class Handover:
         if self.slow_admin is not None:
             self.slow_admin(1.0 if reporting else STANDBY_SLOWDOWN)  # elected: a full fetch at the admin job's next tick
         if not reporting:
-            self._elected_at, self._warm = None, False
+            self._elected_at, self._warm, self._published = None, False, None
             self._held = {(d.rule.id, d.subject): d for d in published_diagnoses(coordinator.published, engine, state.time)}
             self._replace(state, engine, dict(self._held))
             return
         if not self._warm:
             self._hold(state, engine)
-        coordinator.publish(encode(self.host, state.time, cluster_scope(state.diagnoses)))
+        cluster = cluster_scope(state.diagnoses)
+        said = sorted((d.rule.id, d.subject, d.state, d.since) for d in cluster)
+        if self._published is None or said != self._published[1] or state.time - self._published[0] >= REPUBLISH_SECONDS:
+            coordinator.publish(encode(self.host, state.time, cluster))
+            self._published = (state.time, said)
 
     def _hold(self, state: State, engine: Engine) -> None:
         fetched = self.admin.full_fetches if self.admin is not None else 0
