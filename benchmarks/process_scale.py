@@ -68,6 +68,9 @@ def measure(args: argparse.Namespace, logs: Path, count: int) -> tuple[int, dict
     running = targets(args, logs, count)
     try:
         add_sleepers(sleepers, count)
+        if args.churn:  # a host's monitoring agent: a shell running a short command every second
+            sleepers.append(subprocess.Popen(["sh", "-c", f"while :; do {args.churn} >/dev/null 2>&1; sleep 1; done"],
+                                             stdin=subprocess.DEVNULL))
         for t in running:
             t.start()
         for t in running:
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=60.0, help="seconds of CPU measure per count (default 60)")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds after start before measuring (default 20)")
     p.add_argument("--interval", type=float, default=5.0, help="collection and scrape interval (default 5)")
+    p.add_argument("--churn", metavar="COMMAND",
+                   help="a command a shell runs every second while measuring (e.g. 'ps -e': short-lived processes)")
     p.add_argument("--before-tree", help="a kdiag source tree (git archive of a commit) to run beside this one")
     args = p.parse_args(argv)
     counts = [int(c) for c in args.counts.split(",")]

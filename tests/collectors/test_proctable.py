@@ -111,10 +111,10 @@ def test_a_process_that_used_no_cpu_has_its_io_left_unread(tree):
 
 def test_a_shell_loops_short_commands_are_explained_by_the_shell(tree):
     collector = steady(tree)
-    for n in range(4):  # each cycle the agent's shell runs commands that exit before the next listing
-        tree.procs[AGENT].cpu_ticks += 1
-        tree.procs[AGENT].children_ticks += 200  # 0.4 cores, reaped into the shell's cutime
-        tree.host_cpu_ticks += 201
+    collector.table.moving_seconds = 2 * INTERVAL  # a shell that did not move for two cycles would be read no more
+    for n in range(5):  # each cycle the agent's shell runs commands that exit before the next listing
+        tree.procs[AGENT].children_ticks += 200  # 0.4 cores, reaped into the shell's cutime; the shell itself idles
+        tree.host_cpu_ticks += 200
         read = cycle(tree, collector)[0]
         # Its first wake-up is work nobody explained (a full scan); then it is read each cycle and explains it.
         assert read == ({BROKER, AGENT, *IDLE} if n == 0 else {BROKER, AGENT})

@@ -139,8 +139,9 @@ def trusted(root: Root, pid: int, owners: Collection[int] | None) -> bool:
 
 
 def moved(p: Process, before: Process) -> bool:
-    """Whether the process used CPU or did I/O between two reads."""
-    return p.stat.cpu_ticks != before.stat.cpu_ticks or p.io != before.io
+    """Whether the process, or children it reaped, used CPU or did I/O between two reads."""
+    return (p.stat.cpu_ticks, p.stat.children_ticks, p.io) != (before.stat.cpu_ticks, before.stat.children_ticks,
+                                                                before.io)
 
 
 class ProcessTable:
