@@ -75,7 +75,7 @@ class Handover:
         if not self._warm:
             self._hold(state, engine)
         cluster = cluster_scope(state.diagnoses)
-        said = sorted((d.rule.id, d.subject, d.state, d.since) for d in cluster)
+        said: list[tuple[str, str, str, float]] = sorted((d.rule.id, d.subject, d.state, d.since) for d in cluster)
         if self._published is None or said != self._published[1] or state.time - self._published[0] >= REPUBLISH_SECONDS:
             coordinator.publish(encode(self.host, state.time, cluster))
             self._published = (state.time, said)
