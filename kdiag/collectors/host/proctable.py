@@ -1,7 +1,8 @@
 """The process table read at the cost of the processes that move, not of every process on the host.
 
-Each cycle lists /proc (one directory read) and reads stat and io of only: new pids (at once, cmdline too), the
-brokers, and every process seen moving (CPU or I/O growth) in the last `moving_seconds`. The whole table is read
+Each cycle lists /proc (one directory read) and reads stat (io too when its CPU moved) of only: new pids (at once,
+cmdline too), the brokers, and every process seen moving (CPU, I/O or reaped children's CPU) in the last
+`moving_seconds`. The whole table is read
 every `full_scan_seconds`, and at once in any cycle whose host-wide CPU time (/proc/stat) or storage reads
 (/proc/vmstat pgpgin) exceed what the processes read this cycle (and their reaped children) explain by
 `trigger_cores` or `trigger_read_bytes_per_second`: a long-running process that wakes up and walks or reads the log
