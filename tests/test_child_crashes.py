@@ -21,11 +21,12 @@ from promstack import Stack
 from test_coordination_live import delete_topic
 from waiting import wait_until
 
-from kdiag.kafka.coordination import CoordinatorProcess
+from kdiag.kafka.coordination_process import CoordinatorProcess
 from kdiag.kafka.client import ClientSettings
 from kdiag.config.probe import ProbeConfig
 from kdiag.probe.process import ProbeProcess
-from kdiag.kafka.coordination import Member, Reporting
+from kdiag.kafka.coordination import Reporting
+from kdiag.kafka.coordination_records import Member
 
 INTERVAL = 2.0
 # The module each source's child runs (`python -m MODULE`), as its /proc/PID/cmdline shows it.

@@ -14,17 +14,22 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from waiting import wait_until
 
-from kdiag.kafka.coordination import SESSION_TIMEOUT_MS, STATE_SUFFIX, Coordinator, client_id, member_of
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.coordination import Member
+from kdiag.kafka.coordination import SESSION_TIMEOUT_MS, STATE_SUFFIX, Coordinator
+from kdiag.kafka.coordination_records import Member
 
 pytestmark = pytest.mark.kafka
 
 
-def test_client_id_names_the_daemon() -> None:
-    for me in (Member("broker-1.example", 1), Member("loadhost", None)):
-        assert member_of(client_id(me)) == me
-    assert member_of("rdkafka") is None
+def state(name: str) -> dict:
+    """A state record as the handover hands it to publish(), naming its sender in its one diagnosis's subject."""
+    return {"saved": time.time(), "diagnoses": [{"rule": "broker_down", "subject": name, "state": "firing",
+                                                 "since": time.time() - 5, "summary": "", "evidence": {}}]}
+
+
+def published_by(c: Coordinator) -> str | None:
+    """The subject of the one diagnosis of the state record a coordinator took, None before one."""
+    return c.published["diagnoses"][0]["subject"] if c.published and c.published["diagnoses"] else None
 
 
 def reporters(coordinators: list[Coordinator]) -> list[Coordinator]:
@@ -55,7 +60,8 @@ def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
     bootstrap = kafka_lab["bootstrap"]
     tag = f"scope-coord-{uuid.uuid4().hex[:8]}"
     topic, group = f"{tag}-topic", f"{tag}-group"
-    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group) for b in (1, 2, 3)]
+    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group,
+                                rule_ids=frozenset({"broker_down"})) for b in (1, 2, 3)]
     try:
         for c in coordinators:
             c.start()
@@ -75,13 +81,15 @@ def test_one_reporter_and_a_handover_when_it_stops(kafka_lab: dict) -> None:
         assert overlaps == 0 and second is not first
         # The reporter's state reaches every coordinator through the state topic; a standby's publish is dropped.
         third = next(c for c in rest if c is not second)
-        third.publish({"from": "a standby"})
-        second.publish({"from": "the reporter"})
-        wait_until(lambda: all(c.published == {"from": "the reporter"} for c in rest), 60, "the record everywhere")
-        late = Coordinator(bootstrap, ClientSettings(), Member("late", None), topic, group, mode="never")
-        late.start()  # a daemon starting now reads the last record, not only what comes after
+        third.publish(state("a standby"))
+        second.publish(state("the reporter"))
+        wait_until(lambda: all(published_by(c) == "the reporter" for c in rest), 60, "the record everywhere")
+        assert all(c.published["host"] == second.me.host for c in rest)
+        late = Coordinator(bootstrap, ClientSettings(), Member("late", None), topic, group, mode="never",
+                           rule_ids=frozenset({"broker_down"}))
+        late.start()  # a daemon starting now reads the last records, not only what comes after
         coordinators.append(late)
-        wait_until(lambda: late.published == {"from": "the reporter"}, 60, "the last record read by a newcomer")
+        wait_until(lambda: published_by(late) == "the reporter", 60, "the last record read by a newcomer")
     finally:
         for c in coordinators:
             c.stop()
@@ -92,7 +100,7 @@ KILLED = """
 import sys, threading
 from kdiag.kafka.coordination import Coordinator
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.coordination import Member
+from kdiag.kafka.coordination_records import Member
 Coordinator(sys.argv[1], ClientSettings(), Member("killed", 9), sys.argv[2], sys.argv[3]).start()
 threading.Event().wait()
 """

@@ -267,7 +267,8 @@ def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by
     """Kafka series get `cluster`; a topic diagnosis is exported only while reporting, yet always in the JSON."""
     from kdiag.analysis.engine import Engine
     from kdiag.core.sample import sample
-    from kdiag.kafka.coordination import Member, Reporting
+    from kdiag.kafka.coordination import Reporting
+    from kdiag.kafka.coordination_records import Member
 
     (tmp_path / "r.yaml").write_text(SKEW_RULE)
     rules = load_catalog([tmp_path / "r.yaml"])

@@ -9,7 +9,9 @@ from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.analysis.engine import Diagnosis, Engine
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.coordination import CoordinatorProcess, Member, Reporting
+from kdiag.kafka.coordination import Reporting
+from kdiag.kafka.coordination_process import CoordinatorProcess
+from kdiag.kafka.coordination_records import Member
 from kdiag.runtime.handover import REPUBLISH_SECONDS, STANDBY_SLOWDOWN, WARM_FETCHES, Handover
 from kdiag.runtime.pipeline import State
 

@@ -15,7 +15,8 @@ from kdiag.app.wiring import replay
 from kdiag.config.settings import load_config
 from kdiag.core.quote import printable
 from kdiag.core.sample import GAUGE, sample
-from kdiag.kafka.coordination import Member, Reporting
+from kdiag.kafka.coordination import Reporting
+from kdiag.kafka.coordination_records import Member
 from kdiag.recording.recording import Recording
 from kdiag.report.html import frozen, recording_report
 from kdiag.report.page import SCRIPT, STYLE, EvidenceHistory, LivePage

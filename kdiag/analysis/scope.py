@@ -6,7 +6,8 @@ from typing import Any
 
 from kdiag.analysis.engine import Diagnosis
 from kdiag.core.sample import Sample
-from kdiag.kafka.coordination import Member, Reporting
+from kdiag.kafka.coordination import Reporting
+from kdiag.kafka.coordination_records import Member
 
 # Series about the cluster or its brokers (AdminClient, broker JMX with its JVM, the probe): they carry `cluster`.
 KAFKA_PREFIXES = ("kdiag_kafka_", "kdiag_consumer_", "kdiag_jvm_", "kdiag_probe_")

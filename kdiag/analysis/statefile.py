@@ -136,7 +136,8 @@ def _entry(e: Any, rules: dict[str, Rule], now: float, saved: float) -> Diagnosi
 
 def _well_formed(e: Any) -> bool:
     """An entry as encode() writes it: evidence values and broker ids are flat (no nesting reaches the daemon)."""
-    if not isinstance(e, dict) or not isinstance(e.get("subject"), str) or not _time(e.get("since")) \
+    if not isinstance(e, dict) or not isinstance(e.get("rule"), str) or not isinstance(e.get("subject"), str) \
+            or not _time(e.get("since")) \
             or e.get("state") not in get_args(DiagnosisState):
         return False
     evidence, brokers = e.get("evidence") or {}, e.get("brokers")

@@ -15,7 +15,8 @@ from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.app.wiring import host_collectors, kafka_collectors, kafka_deadline, load_rules, replay_collectors
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
-from kdiag.kafka.coordination import CoordinatorProcess, Member
+from kdiag.kafka.coordination_process import CoordinatorProcess
+from kdiag.kafka.coordination_records import Member
 from kdiag.kafka.jars import kafka_version
 from kdiag.probe.process import ProbeProcess
 from kdiag.recording.recording import Recording
@@ -77,7 +78,8 @@ def build(config: Config, recording: Recording | None = None) -> Services:
              if live_kafka and config.probe.enabled else None)
     coordinator = (CoordinatorProcess(kafka.bootstrap_servers, kafka.client_settings, Member(host, kafka.local_broker_id),
                                       kafka.coordination_topic, kafka.coordination_group, kafka.cluster_scope,
-                                      kafka.timeout) if live_kafka else None)
+                                      kafka.timeout, kafka.coordination_key,
+                                      frozenset(r.id for r in rules if r.scope == "cluster")) if live_kafka else None)
     am = config.alertmanager
     handover = None
     if coordinator and coordinator.worker:

@@ -21,6 +21,7 @@ from kdiag.core.root import SnapshotRoot
 from kdiag.core.sample import Sample, sample
 from kdiag.kafka import coordination
 from kdiag.kafka.coordination import Reporting
+from kdiag.kafka.coordination_process import HELP as COORDINATION_HELP
 from kdiag.probe import process as probe_process
 from kdiag.probe.metrics import HELP as PROBE_HELP
 from kdiag.runtime.pipeline import Health, State
@@ -94,7 +95,8 @@ class Daemon:
     def _help(self) -> dict[str, str]:
         # Asked each cycle, not copied at start: meminfo names its fields' HELP only once it has read them.
         sets = [self.collectors, *(b.collectors for b in self.background)]
-        return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.probe else {})}
+        return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.probe else {}),
+                **(COORDINATION_HELP if self.coordination_poll else {})}
 
     def _publish(self, state: State) -> None:
         if self.coordinator:
@@ -130,6 +132,8 @@ class Daemon:
             polled, age = self.coordination_poll.fresh(self._answer_within())
             health["coordination"] = self._service_health(
                 "coordination", *(polled or (False, self._silent("the coordination process", age))))
+            assert self.coordinator is not None  # polled only with a coordination process
+            self._hand(self.coordination_poll, self.coordinator.samples, samples, carried)
         return samples, carried, health
 
     def _hand(self, source: object, got: list[Sample], samples: list[list[Sample]],

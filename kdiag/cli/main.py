@@ -208,6 +208,17 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fleet_key(args: argparse.Namespace) -> int:
+    """`kdiag fleet key -o FILE`: a new fleet key."""
+    from kdiag.kafka.fleet_key import write_key
+
+    write_key(args.output)
+    if args.output != "-":
+        print(f"wrote {args.output} (mode 0600): copy it to every daemon of the cluster, owned by kdiag's user, mode "
+              "0600, and set kafka.coordination_key_file to it", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree of every subcommand."""
     parser = argparse.ArgumentParser(prog="kdiag", description="Kafka host and broker diagnostics")
@@ -260,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="where to write (only with a single target)")
     p.add_argument("--runbook-base", default=alerts.RUNBOOK_BASE, help="URL of docs/RULES.md that runbook_url links into")
     p.set_defaults(func=cmd_rules_export)
+
+    fleet = sub.add_parser("fleet", help="the daemons of one cluster: their shared coordination key")
+    fleet_sub = fleet.add_subparsers(dest="fleet_command", required=True)
+    p = fleet_sub.add_parser("key", help="write a new coordination key (give every daemon of the cluster a copy at "
+                                         "kafka.coordination_key_file)")
+    p.add_argument("-o", "--output", required=True, help="the new key file (mode 0600, never overwritten); - for stdout")
+    p.set_defaults(func=cmd_fleet_key)
 
     from kdiag.tools.lab import cli as lab_cli
 

@@ -19,6 +19,7 @@ from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.units import parse_duration
 from kdiag.core.http import Authorization, BasicAuth, TLSConfig, check_settings
 from kdiag.kafka.client import ClientConfigError, ClientSettings
+from kdiag.kafka.fleet_key import FleetKeyError, read_key
 from kdiag.config.probe import ProbeConfig
 from kdiag.core.quote import cut, quote
 from kdiag.core.redact import CMDLINE_MODES, MASKED
@@ -120,6 +121,14 @@ class KafkaConfig:
     cluster_scope: str = "auto"
     coordination_topic: str = "__kdiag_coordination"
     coordination_group: str = "kdiag-coordination"
+    # The fleet key (`kdiag fleet key -o FILE`, the same file on every daemon of the cluster, readable by kdiag only):
+    # coordination records and memberships are signed; empty: unsigned, and the page says "unauthenticated".
+    coordination_key_file: str = ""
+
+    @functools.cached_property
+    def coordination_key(self) -> bytes | None:
+        """The fleet key read from coordination_key_file, None without one; FleetKeyError when it is refused."""
+        return read_key(self.coordination_key_file) if self.coordination_key_file else None
 
     @functools.cached_property
     def client_settings(self) -> ClientSettings:
@@ -138,6 +147,10 @@ class KafkaConfig:
             raise ConfigError(f"kafka.coordination_topic: {quote(self.coordination_topic)} is not a Kafka topic name")
         if not self.coordination_group:
             raise ConfigError("kafka.coordination_group: must not be empty")
+        try:
+            self.coordination_key  # noqa: B018 (read now: a refused key stops the start-up, not the election)
+        except FleetKeyError as e:
+            raise ConfigError(str(e)) from None
         for name in ("partition_series", "group_series"):
             try:
                 getattr(self, name).check(f"kafka.{name}")

@@ -154,11 +154,16 @@ def _trim(points: deque, start: float) -> None:
 
 
 def _reported_by(d: Diagnosis, state: State | None) -> str:
-    if d.rule.scope != "cluster" or state is None or state.reporting.reporting:
+    if d.rule.scope != "cluster" or state is None or (state.reporting.reporting and not state.reporting.why):
         return ""
-    who = state.reporting.reporter
+    now = state.reporting
+    signed = "" if now.authenticated or not now.why else " (unauthenticated: no kafka.coordination_key_file)"
+    if now.reporting:
+        why = "" if now.why == "elected" else f": {now.why}"
+        return f'<p class="reported">cluster scope: reported by this daemon{shown(why + signed)}</p>'
+    who = now.reporter
     name = "an unknown daemon" if who is None else who.host + ("" if who.broker_id is None else f" (broker {who.broker_id})")
-    return f'<p class="reported">cluster scope: reported_by {shown(name)}</p>'
+    return f'<p class="reported">cluster scope: reported_by {shown(name + signed)}</p>'
 
 
 def _when(d: Diagnosis, now: str, lane) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from kdiag.analysis.engine import Diagnosis, Engine
 from kdiag.analysis.statefile import decode, encode
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
-from kdiag.kafka.coordination import CoordinatorProcess
+from kdiag.kafka.coordination_process import CoordinatorProcess
 from kdiag.runtime.pipeline import State
 
 # Full admin fetches a new reporter waits for before judging cluster rules itself: rates need two.

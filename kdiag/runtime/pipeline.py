@@ -17,7 +17,8 @@ from kdiag.core.history import History
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.analysis.scope import cluster_of, diagnosis_json
-from kdiag.kafka.coordination import Member, Reporting
+from kdiag.kafka.coordination import Reporting
+from kdiag.kafka.coordination_records import Member
 from kdiag.analysis.signals import Signals
 from kdiag.analysis.subject_kinds import SignalCache
 
@@ -167,7 +168,9 @@ class State:
     def to_json(self) -> dict[str, Any]:
         """The contract shape of `kdiag diagnose --format json` and /api/diagnoses (plus scope fields)."""
         me = Member(self.host, self.local_broker)
-        return {"host": self.host, "time": self.time,
+        coordination = ({"coordination": {"reporting": self.reporting.reporting, "why": self.reporting.why,
+                                          "authenticated": self.reporting.authenticated}} if self.reporting.why else {})
+        return {"host": self.host, "time": self.time, **coordination,
                 "diagnoses": [diagnosis_json(d, self.cluster, self.reporting, me) for d in self.diagnoses]}
 
 
