@@ -31,7 +31,7 @@ from kdiag.kafka.coordination_records import Member
 INTERVAL = 2.0
 # The module each source's child runs (`python -m MODULE`), as its /proc/PID/cmdline shows it.
 CHILDREN = {"kafka_admin": "kdiag.kafka.admin_worker", "probe": "kdiag.probe.process",
-            "coordination": "kdiag.kafka.coordination"}
+            "coordination": "kdiag.kafka.coordination_process"}
 HOST = ("stat", "meminfo", "diskstats", "netdev", "processes")
 
 

@@ -59,7 +59,9 @@ CANDIDATES = 4  # records from members not (yet) seen holding partition 0, kept 
 # compressed batch may decompress to, by receive.message.max.bytes.
 READER_LIMITS = {"max.partition.fetch.bytes": MAX_RECORD_BYTES + 65536, "fetch.max.bytes": MAX_RECORD_BYTES + 65536,
                  "receive.message.max.bytes": MAX_RECORD_BYTES + 65536 + 512, "queued.max.messages.kbytes": 2048,
-                 "queued.min.messages": 10}
+                 "queued.min.messages": 10, "fetch.queue.backoff.ms": 10}
+# Each pass of the loop reads what the state topic holds for up to this long: a flood must not hold heartbeats back.
+READ_BUDGET = 0.3
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class Coordinator:
         self.foreign: list[str] = []  # client ids of the group's foreign members at the last look
         self.refused: collections.Counter[str] = collections.Counter()  # refused records by reason, since start
         self._refusals_logged = (-float("inf"), 0)
+        self._skipping = (-1, 0)  # (offset, step) of the undecodable batch being skipped
 
     def start(self) -> None:
         """Start the election thread (a no-op with cluster_scope: always)."""
@@ -246,20 +249,39 @@ class Coordinator:
 
     def _take_state(self) -> None:
         """Take the valid records read from the state topic; count and log the others."""
+        group = self.group.encode()
+        deadline = time.monotonic() + READ_BUDGET
+        while self._reader is not None and time.monotonic() < deadline and (batch := self._reader.consume(50, 0)):
+            self._take_batch(batch, group)
+
+    def _take_batch(self, batch: list[Any], group: bytes) -> None:
         from confluent_kafka import KafkaError
 
-        group = self.group.encode()
-        for message in self._reader.consume(20, 0) if self._reader is not None else []:
+        for message in batch:
             if message.error():
-                if message.error().code() == KafkaError.MSG_SIZE_TOO_LARGE:  # librdkafka bounds the decompressed size
-                    self._refuse(Refused("too_large", message.error().str()), message.offset() or -1)
-                continue  # a vanished topic: the next topic check creates it again
+                if message.error().code() in (KafkaError._BAD_COMPRESSION, KafkaError.MSG_SIZE_TOO_LARGE):
+                    self._skip_batch(message.offset(), message.error().str())
+                continue  # else a vanished topic: the next topic check creates it again
             if message.key() not in (group, group + ALIVE_SUFFIX):
                 continue  # another fleet's group sharing the topic
             try:
                 self._take(message.key(), message.value() or b"", message.headers())
             except Refused as e:
                 self._refuse(e, message.offset())
+
+    def _skip_batch(self, offset: int, error: str) -> None:
+        """Seek past a batch librdkafka will not decompress (it would fetch it again forever): its size is unknown,
+        so each time the same batch fails again the step doubles; past it, at most as many records are skipped as
+        the batch held, and the reporter says again what they said (a heartbeat every ALIVE_EVERY)."""
+        from confluent_kafka import TopicPartition
+
+        step = self._skipping[1] * 2 if self._skipping[0] == offset else 1
+        if step == 1:
+            self._refuse(Refused("too_large", f"a batch that decompresses past {MAX_RECORD_BYTES} bytes ({error})"),
+                         offset)
+        self._skipping = (offset, step)
+        with contextlib.suppress(Exception):  # not fetching yet: the next error seeks again
+            self._reader.seek(TopicPartition(self.state_topic, 0, offset + step))
 
     def _take(self, key: bytes, value: bytes, headers: list[tuple[str, bytes]] | None) -> None:
         if len(value) > MAX_RECORD_BYTES:
