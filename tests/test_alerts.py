@@ -19,6 +19,7 @@ from waiting import wait_until
 
 from kdiag.alerting import alertmanager as am
 from kdiag.alerting import rules as alerts
+from kdiag.kafka.coordination_process import HELP as COORDINATION
 from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.cli.main import main
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
@@ -77,16 +78,18 @@ def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
 
 def test_liveness_alerts_read_what_kdiag_exports() -> None:
     text = render_metrics(State("h", 1000.0, [], {}, {}, []), {}, interval=5.0).decode()
-    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    # The coordination process's own series (kdiag_coordination_*), which a daemon with Kafka exports every cycle.
+    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples} | set(COORDINATION)
     assert "kdiag_cycle_interval_seconds 5.0" in text
     group = alerts.prometheus_rules(RULES)["groups"][1]
-    assert group["name"] == "kdiag-liveness" and [a["alert"] for a in group["rules"]] == ["KdiagDown", "KdiagStale"]
+    assert group["name"] == "kdiag-liveness" and [a["alert"] for a in group["rules"]] == [
+        "KdiagDown", "KdiagStale", "KdiagNoReporter", "KdiagForeignCoordinationMember"]
     for alert in group["rules"]:
         assert set(re.findall(r"kdiag_\w+", alert["expr"])) <= exported, alert["expr"]
     # promtool runs the generated unit tests of both (test_promtool_unit_tests_pass): a dead and a frozen daemon page.
     tests = alerts.prometheus_tests(RULES)["tests"]
     paged = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c["exp_alerts"]}
-    assert {"KdiagDown", "KdiagStale"} <= paged
+    assert {"KdiagDown", "KdiagStale", "KdiagNoReporter", "KdiagForeignCoordinationMember"} <= paged
 
 
 def test_runbook_anchors_exist_in_the_docs() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from kdiag.analysis.catalog import KINDS, Rule, TEMPLATE_FIELD
+from kdiag.alerting.liveness import LIVENESS_ALERTS, liveness_tests
 from kdiag.analysis.engine import render
 
 DEFAULT_PROMETHEUS = Path("deploy/prometheus/kdiag-alerts.yml")
@@ -38,7 +39,9 @@ PROMETHEUS_HEADER = f"""\
 #
 # Group kdiag-liveness: a dead or frozen kdiag pages instead of going quiet. KdiagDown: Prometheus cannot scrape a
 # target of a job named kdiag* (rename the selector to your job's name). KdiagStale: the snapshot a scrape got was
-# older than three of that daemon's cycles (kdiag_cycle_interval_seconds) when served.
+# older than three of that daemon's cycles (kdiag_cycle_interval_seconds) when served. KdiagNoReporter: no daemon of
+# a cluster exports its cluster-scope diagnoses. KdiagForeignCoordinationMember: a client that is no daemon of the
+# fleet joined kdiag's coordination group (docs/ACLS.md keeps others out of it).
 """
 
 ALERTMANAGER_HEADER = """\
@@ -148,29 +151,6 @@ def alert_expr(rule: Rule) -> str:
 def ordered(rules: list[Rule]) -> list[Rule]:
     """Causes, then symptoms, then lints, each by id: a stable order for generated files."""
     return sorted(rules, key=lambda r: (KINDS.index(r.kind), r.id))
-
-
-KDIAG_JOBS = 'job=~"kdiag.*"'
-LIVENESS_FOR = "1m"  # one failed scrape or one slow cycle is not yet an outage
-LIVENESS_ALERTS: list[dict[str, Any]] = [{
-    "alert": "KdiagDown",
-    "expr": f"up{{{KDIAG_JOBS}}} == 0",
-    "for": LIVENESS_FOR,
-    "labels": {"severity": "critical", "kdiag_class": "liveness"},
-    "annotations": {
-        "summary": "kdiag on {{ $labels.instance }} is down: Prometheus cannot scrape it",
-        "remediation": "Check the kdiag service on that host (systemctl status kdiag, its journal): while it is down, "
-                       "nothing diagnoses that host or its broker."}}, {
-    "alert": "KdiagStale",
-    # Measured at the scrape (timestamp()): the evaluation's own lag behind the last scrape is not kdiag's.
-    "expr": "timestamp(kdiag_last_cycle_timestamp_seconds) - kdiag_last_cycle_timestamp_seconds"
-            " > 3 * kdiag_cycle_interval_seconds",
-    "for": LIVENESS_FOR,
-    "labels": {"severity": "critical", "kdiag_class": "liveness"},
-    "annotations": {
-        "summary": "kdiag on {{ $labels.instance }} serves a snapshot {{ printf \"%.0f\" $value }}s old: its cycles stopped",
-        "remediation": "kdiag answers but no longer completes cycles (/healthz says stale): read its log for what hangs, "
-                       "then restart it."}}]
 
 
 def prometheus_rules(rules: list[Rule], runbook_base: str = RUNBOOK_BASE) -> dict:
@@ -305,7 +285,8 @@ TEST_HEADER = """\
 # and annotations are what kdiag itself prints (the summary Prometheus rebuilds from the evidence equals kdiag's
 # own rendering of the rule's summary); a pending one (value 0) raises none. A cluster-scope diagnosis exported
 # by two daemons at once (a handover) still raises one alert. KdiagDown and KdiagStale page for a dead and a frozen
-# daemon, never for a healthy one.
+# daemon, never for a healthy one; KdiagNoReporter for a cluster none of whose daemons reports, not for one where two
+# do; KdiagForeignCoordinationMember for a foreign member in the coordination group.
 """
 
 
@@ -378,44 +359,7 @@ def prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_f
             "alert_rule_test": [
                 {"eval_time": t, "alertname": alert_name(r.id), "exp_alerts": [expected]} for t in ("1m", "2m")] + [{
                 "eval_time": "4m", "alertname": alert_name(r.id), "exp_alerts": []}]})
-    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": [*tests, *_liveness_tests()]}
-
-
-def _liveness_tests() -> list[dict]:
-    """A dead daemon (up 0) and a frozen one (its snapshot stops at 2m; cycles every 15 s) page after LIVENESS_FOR; a
-    live one, and one whose 60 s old snapshot is within three of its 30 s cycles, do not."""
-    def alert(name: str, instance: str, summary: str) -> dict:
-        down, stale = LIVENESS_ALERTS
-        rule = down if name == "KdiagDown" else stale
-        return {"exp_labels": {"instance": instance, "job": "kdiag", **rule["labels"]},
-                "exp_annotations": {"summary": summary, "remediation": rule["annotations"]["remediation"]}}
-
-    def on(instance: str) -> str:
-        return f'{{instance="{instance}",job="kdiag"}}'
-
-    slow = "broker-3:9745"
-    return [{
-        "name": "KdiagDown pages for a target Prometheus cannot scrape",
-        "interval": "1m",
-        "input_series": [{"series": f"up{on(TEST_INSTANCE)}", "values": "1 0 0 0"},
-                         {"series": f"up{on(TEST_PEER)}", "values": "1 1 1 1"}],
-        "alert_rule_test": [
-            {"eval_time": "1m", "alertname": "KdiagDown", "exp_alerts": []},
-            {"eval_time": "3m", "alertname": "KdiagDown", "exp_alerts": [
-                alert("KdiagDown", TEST_INSTANCE, f"kdiag on {TEST_INSTANCE} is down: Prometheus cannot scrape it")]}]}, {
-        "name": "KdiagStale pages for a snapshot older than three of the daemon's cycles",
-        "interval": "1m",
-        "input_series": [
-            {"series": f"kdiag_last_cycle_timestamp_seconds{on(TEST_INSTANCE)}", "values": "0 60 120 120 120 120"},
-            {"series": f"kdiag_cycle_interval_seconds{on(TEST_INSTANCE)}", "values": "15x5"},
-            {"series": f"kdiag_last_cycle_timestamp_seconds{on(TEST_PEER)}", "values": "0+60x5"},
-            {"series": f"kdiag_cycle_interval_seconds{on(TEST_PEER)}", "values": "15x5"},
-            {"series": f"kdiag_last_cycle_timestamp_seconds{on(slow)}", "values": "-60+60x5"},
-            {"series": f"kdiag_cycle_interval_seconds{on(slow)}", "values": "30x5"}],
-        "alert_rule_test": [
-            {"eval_time": "2m", "alertname": "KdiagStale", "exp_alerts": []},
-            {"eval_time": "5m", "alertname": "KdiagStale", "exp_alerts": [
-                alert("KdiagStale", TEST_INSTANCE, f"kdiag on {TEST_INSTANCE} serves a snapshot 180s old: its cycles stopped")]}]}]
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": [*tests, *liveness_tests(TEST_INSTANCE, TEST_PEER, TEST_CLUSTER)]}
 
 
 def render_prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_file: str = DEFAULT_PROMETHEUS.name) -> str:

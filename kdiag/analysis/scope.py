@@ -10,7 +10,7 @@ from kdiag.kafka.coordination import Reporting
 from kdiag.kafka.coordination_records import Member
 
 # Series about the cluster or its brokers (AdminClient, broker JMX with its JVM, the probe): they carry `cluster`.
-KAFKA_PREFIXES = ("kdiag_kafka_", "kdiag_consumer_", "kdiag_jvm_", "kdiag_probe_")
+KAFKA_PREFIXES = ("kdiag_kafka_", "kdiag_consumer_", "kdiag_jvm_", "kdiag_probe_", "kdiag_coordination_")
 CLUSTER_INFO = "kdiag_kafka_cluster_info"
 
 
