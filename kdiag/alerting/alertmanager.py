@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kdiag.alerting.rules import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
+from kdiag.core.finite import dumps, skip, utc
 from kdiag.core.quote import printable
 from kdiag.core.http import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported
@@ -24,9 +23,15 @@ Key = tuple[str, ...]  # (rule, subject), and the broker for a KdiagExplains ale
 BACKOFF_START = 1.0
 
 
-def timestamp(t: float) -> str:
-    """RFC 3339 UTC, as Alertmanager expects."""
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def timestamp(t: float) -> str | None:
+    """RFC 3339 UTC, as Alertmanager expects; None (left out, counted) for a time no calendar can show."""
+    at = utc(t, "alertmanager")
+    return None if at is None else at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def starts_at(t: float) -> dict[str, str]:
+    """An alert's startsAt, or nothing (Alertmanager then takes the time it receives it) when t cannot be shown."""
+    return {"startsAt": at} if (at := timestamp(t)) else {}
 
 
 def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, str]:
@@ -48,11 +53,11 @@ def exported_labels(labels: dict[str, str]) -> dict[str, str]:
 def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:
     """The diagnosis as kdiag rendered it: dynamic summary, evidence, fix and runbook link."""
     explains = f" It explains {', '.join(d.rule.explains)}." if d.rule.explains else ""
-    return {"summary": d.summary,
+    return {"summary": printable(d.summary),
             "description": f"kdiag {d.rule.kind} {d.rule.id} ({d.rule.severity}) holds for {d.subject} on {instance} "
-                           f"since {timestamp(d.since)}.{explains}",
+                           f"since {timestamp(d.since) or 'an unknown time'}.{explains}",
             "remediation": d.rule.remediation,
-            "evidence": json.dumps(d.evidence, sort_keys=True, default=str),
+            "evidence": dumps(d.evidence, "alertmanager", sort_keys=True, default=str),
             "runbook_url": runbook_url(d.rule.id, runbook_base)}
 
 
@@ -110,7 +115,10 @@ class AlertPusher:
                 state, self._state = self._state, None
                 ended, self._ended = self._ended, {}
             if state is not None:
-                self._take(state, ended)
+                try:
+                    self._take(state, ended)
+                except Exception as e:  # one value no alert can carry never ends the pushes, host alerts included
+                    skip("alertmanager", "a cycle's alerts", f"{type(e).__name__}: {e}")
             now = time.monotonic()
             due = frozenset(self._firing) != told or bool(self._resolving) or now >= next_resend
             if (self._firing or self._resolving) and due and now >= retry_at:
@@ -131,18 +139,18 @@ class AlertPusher:
             if d.state == "firing" and exported(d, state.reporting):
                 firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance, state.cluster),
                                                   "annotations": alert_annotations(d, self.instance, self.runbook_base),
-                                                  "startsAt": timestamp(d.since)}
+                                                  **starts_at(d.since)}
                 # The inhibition sources the generated Alertmanager config matches, as Prometheus would send them.
                 for source in explains_labels(d, state.cluster):
                     labels = exported_labels({"alertname": EXPLAINS_ALERT, **source, "kdiag_class": INHIBITOR_CLASS,
                                               **({"instance": self.instance} if d.rule.scope == "host" else {})})
                     firing[(d.rule.id, d.subject, source.get("broker", ""))] = {
-                        "labels": labels, "annotations": {}, "startsAt": timestamp(d.since)}
+                        "labels": labels, "annotations": {}, **starts_at(d.since)}
         for key, alert in self._firing.items():
             # A cluster-scope alert this daemon no longer reports (another daemon took over) is not resolved:
             # the new reporter asserts the same alert.
             if key not in firing and (key[:2] in ended or "instance" in alert["labels"]):
-                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key[:2], state.time))}
+                self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key[:2], state.time)) or timestamp(state.time)}
         for key in firing:
             self._resolving.pop(key, None)
         self._firing = firing
@@ -150,7 +158,7 @@ class AlertPusher:
     def _post(self) -> bool:
         """One POST of every firing alert and every pending resolution; True when Alertmanager took it."""
         # Firing alerts say when they expire so that a dead kdiag's alerts resolve themselves.
-        expires = timestamp(time.time() + 4 * self.resend_interval)
+        expires = timestamp(time.time() + 4 * self.resend_interval) or ""
         body = [{**a, "endsAt": expires} for a in self._firing.values()] + list(self._resolving.values())
         try:
             self.client.post_json("/api/v2/alerts", body)

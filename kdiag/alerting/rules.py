@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -359,7 +358,8 @@ def prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_f
             "alert_rule_test": [
                 {"eval_time": t, "alertname": alert_name(r.id), "exp_alerts": [expected]} for t in ("1m", "2m")] + [{
                 "eval_time": "4m", "alertname": alert_name(r.id), "exp_alerts": []}]})
-    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": [*tests, *liveness_tests(TEST_INSTANCE, TEST_PEER, TEST_CLUSTER)]}
+    return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": [
+        *tests, *liveness_tests(TEST_INSTANCE, TEST_PEER, TEST_CLUSTER)]}
 
 
 def render_prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_file: str = DEFAULT_PROMETHEUS.name) -> str:

@@ -15,6 +15,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeGuard, get_args
 
+from kdiag.core.finite import dumps
 from kdiag.analysis.catalog import Rule
 from kdiag.config.settings import ConfigError
 from kdiag.analysis.engine import Diagnosis, DiagnosisState
@@ -237,7 +238,7 @@ class StateFile:
         signature = tuple((d.rule.id, d.subject, d.state, d.since) for d in diagnoses)
         if not force and signature == self._written and now - self._written_at < REFRESH_SECONDS:
             return
-        data = json.dumps(encode(self.host, now, diagnoses), default=str).encode()
+        data = dumps(encode(self.host, now, diagnoses), "state_file", default=str).encode()
         tmp = f"{TEMP_PREFIX}{secrets.token_hex(8)}.tmp"
         try:
             # A new name, never an existing file or symlink: O_EXCL fails on both.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import os
 import signal
@@ -13,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from kdiag.core.finite import dumps
 from kdiag import __version__
 from kdiag.alerting import rules as alerts
 from kdiag.core import logsafe
@@ -137,7 +137,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             if i + 1 < steps:
                 time.sleep(args.step)
     if args.format == "json":
-        print(json.dumps(state.to_json(), indent=1))
+        print(dumps(state.to_json(), "json", indent=1))
     else:
         print(render_text(state, color=wants_color(sys.stdout)), end="")
     return 0

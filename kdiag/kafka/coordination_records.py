@@ -200,8 +200,8 @@ def _diagnosis(e: Any, i: int, now: float, rule_ids: frozenset[str]) -> dict[str
             raise Refused("schema", f"{where}evidence holds a value that is not a finite number or a short string")
         clean[printable(name)] = printable(value) if isinstance(value, str) else value
     if brokers is not None and not (isinstance(brokers, list) and len(brokers) <= MAX_BROKERS and all(
-            isinstance(b, str) and len(b) <= MAX_STRING or isinstance(b, int) and not isinstance(b, bool)
-            and abs(b) < 1 << 31 for b in brokers)):
+            (isinstance(b, str) and len(b) <= MAX_STRING) or (isinstance(b, int) and not isinstance(b, bool)
+            and abs(b) < 1 << 31) for b in brokers)):
         raise Refused("schema", f"{where}brokers is not a list of node ids")
     subject = e.get("subject")
     if not isinstance(subject, str) or len(subject) > MAX_STRING:  # kept as it is: the page and labels escape it

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from kdiag.core.finite import dumps
 from kdiag.analysis.catalog import GLOBAL_SUBJECTS, Rule
 from kdiag.analysis.engine import Diagnosis
 from kdiag.report.host import host_section
@@ -265,5 +265,5 @@ class LivePage:
             return None
         self._failing = False
         page = document(f"kdiag on {state.host}", main, interval).encode("utf-8", "backslashreplace")
-        data = json.dumps({"time": state.time, "updated": clock(state.time), "main": main}).encode("utf-8", "backslashreplace")
+        data = dumps({"time": state.time, "updated": clock(state.time), "main": main}, "page").encode("utf-8", "backslashreplace")
         return page, data

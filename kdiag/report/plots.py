@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import html
-import time
 
+from kdiag.core.finite import local_text
 from kdiag.core.quote import printable
 
 WIDTH, HEIGHT = 360, 110
@@ -54,7 +54,7 @@ def shown(text: str) -> str:
 
 def clock(t: float) -> str:
     """A wall-clock time of day (local time), as the axis shows it."""
-    return time.strftime("%H:%M:%S", time.localtime(t))
+    return local_text(t, "%H:%M:%S", "page")
 
 
 def _text(x: float, y: float, s: str, anchor: str = "start", cls: str = "") -> str:

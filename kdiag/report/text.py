@@ -6,8 +6,8 @@ lines, topic names, group ids, paths): each is printable() here, so none can mov
 
 from __future__ import annotations
 
-import time
 
+from kdiag.core.finite import local_text
 from kdiag.analysis.engine import Diagnosis
 from kdiag.runtime.pipeline import State
 from kdiag.core.quote import printable
@@ -22,7 +22,7 @@ def _paint(text: str, key: str, color: bool) -> str:
 
 
 def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return local_text(t, "%Y-%m-%d %H:%M:%S", "report")
 
 
 def _value(v: float | str) -> str:

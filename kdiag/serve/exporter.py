@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -13,6 +12,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
+from kdiag.core.finite import SKIPPED, dumps
 from kdiag import __version__
 from kdiag.core.quote import printable
 from kdiag.core.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
@@ -197,6 +197,11 @@ class StateCollector:
         dropped = ExportedMetric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
         dropped.add_sample(DROPPED, {}, self.dropped_total)
         yield dropped
+        skipped = ExportedMetric("kdiag_output_values_skipped", "values left out of an output because no calendar or "
+                                 "JSON can show them (a time outside years 1-9999, NaN), by output", "counter")
+        for output, count in sorted(SKIPPED.items()):
+            skipped.add_sample("kdiag_output_values_skipped_total", {"output": output}, float(count))
+        yield skipped
         yield from self._diagnoses()
 
     def _health(self):
@@ -301,7 +306,7 @@ class Published:
             state = dataclasses.replace(state, samples=samples, sources=[samples])
         metrics = render_metrics(state, help_text, self._families, self.dropped_total, self.interval)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
-        self.diagnoses = json.dumps(state.to_json()).encode()
+        self.diagnoses = dumps(state.to_json(), "api").encode()
         self.failing = failing_lines(state)
         self.ready = True
         self.completed = time.monotonic()
