@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import socket
 import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -331,4 +333,26 @@ def test_low_fd_limit_with_idle_connections_held(tmp_path):
     finally:
         for s in socks:
             s.close()
+        k.close()
+
+
+def test_every_answer_says_no_sniffing_no_framing_and_no_caching(tmp_path):
+    k = Kdiag(tmp_path)
+    try:
+        wait_until(lambda: k.curl("/api/diagnoses")[0] == 200, 60, "kdiag answering")
+        for path in ("/", "/metrics", "/api/diagnoses", "/api/page", "/nothing-here"):
+            with pytest.raises(urllib.error.HTTPError) if path == "/nothing-here" else contextlib.nullcontext():
+                urllib.request.urlopen(f"http://127.0.0.1:{k.port}{path}", timeout=30)
+            request = urllib.request.Request(f"http://127.0.0.1:{k.port}{path}")
+            try:
+                headers = urllib.request.urlopen(request, timeout=30).headers
+            except urllib.error.HTTPError as e:
+                headers = e.headers
+            assert headers["X-Content-Type-Options"] == "nosniff", path
+            assert headers["Cache-Control"] == "no-store", path
+            policy = headers["Content-Security-Policy"]
+            assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy, path
+        page = urllib.request.urlopen(f"http://127.0.0.1:{k.port}/", timeout=30)
+        assert "script-src 'sha256-" in page.headers["Content-Security-Policy"]
+    finally:
         k.close()

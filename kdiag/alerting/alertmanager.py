@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from kdiag.alerting.rules import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
 from kdiag.core.finite import dumps, skip, utc
-from kdiag.core.quote import printable
+from kdiag.core.quote import label_value, printable
 from kdiag.core.http import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported
 
@@ -47,7 +47,7 @@ def alert_labels(d: Diagnosis, instance: str, cluster: str = "") -> dict[str, st
 
 def exported_labels(labels: dict[str, str]) -> dict[str, str]:
     """Labels with their values as /metrics shows them."""
-    return {k: printable(v) for k, v in labels.items()}
+    return {k: label_value(v) for k, v in labels.items()}
 
 
 def alert_annotations(d: Diagnosis, instance: str, runbook_base: str = RUNBOOK_BASE) -> dict[str, str]:

@@ -20,7 +20,7 @@ from kdiag.kafka.coordination_records import Member
 from kdiag.kafka.jars import kafka_version
 from kdiag.probe.process import ProbeProcess
 from kdiag.recording.recording import Recording
-from kdiag.report.page import LivePage
+from kdiag.report.page import POLICY, LivePage
 from kdiag.runtime.handover import Handover
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.serve.exporter import Published
@@ -91,7 +91,7 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
                           authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
     interval = recording.interval if recording else config.interval
-    published = Published(stale_after(config, interval), kafka.max_series, interval)
+    published = Published(stale_after(config, interval), kafka.max_series, interval, page_policy=POLICY)
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
                     Exporter(config.listen, published, config.web_config), probe, coordinator, pusher,
                     LivePage(config.history, kafka_version(kafka.jmx_classpath)), handover)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import reprlib
 from typing import Any
 
 LIMIT = 80
+# A label value from outside (a group id, a topic, a process name) is cut past this: a Prometheus with
+# label_value_length_limit fails the whole scrape on one longer value. A short hash of the whole value follows the cut,
+# so two long ids that share their first LABEL_LIMIT characters stay two series.
+LABEL_LIMIT = 200
 
 
 class _Repr(reprlib.Repr):
@@ -42,6 +47,15 @@ def printable_lines(text: str) -> str:
     """Multi-line text made printable line by line: its newlines stay, any other control character is escaped."""
     return "\n".join(map(printable, text.split("\n")))
 
+
+
+def label_value(text: str) -> str:
+    """text as a label value: printable(), and past LABEL_LIMIT characters its head, '…' and 8 hex of its SHA-256."""
+    shown = printable(text)
+    if len(shown) <= LABEL_LIMIT:
+        return shown
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{shown[:LABEL_LIMIT]}…{digest}"
 
 
 def _escape(char: str) -> str:

@@ -30,6 +30,7 @@ TOPIC_CONFIGS = (
     "retention.ms",
     "retention.bytes",
     "segment.bytes",
+    "segment.ms",
 )
 BROKER_CONFIGS = (
     "log.flush.interval.messages",

@@ -14,7 +14,7 @@ from prometheus_client.utils import floatToGoString
 
 from kdiag.core.finite import SKIPPED, dumps
 from kdiag import __version__
-from kdiag.core.quote import printable
+from kdiag.core.quote import LABEL_LIMIT, label_value, printable
 from kdiag.core.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
 from kdiag.runtime.pipeline import State
 from kdiag.core.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
@@ -51,9 +51,9 @@ class ExportedMetric(Metric):
     """
 
     def add_sample(self, name: str, labels: dict[str, str], value: float, *args, **kwargs) -> None:
-        """Add a sample, its label values made printable."""
-        if not all(v.isprintable() for v in labels.values()):
-            labels = {k: printable(v) for k, v in labels.items()}
+        """Add a sample, its label values made printable and cut (label_value)."""
+        if not all(v.isprintable() and len(v) <= LABEL_LIMIT for v in labels.values()):
+            labels = {k: label_value(v) for k, v in labels.items()}
         super().add_sample(name, labels, value, *args, **kwargs)
 
 
@@ -276,7 +276,9 @@ def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache |
 class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
-    def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000, interval: float = 0.0):
+    def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000, interval: float = 0.0,
+                 page_policy: str = "default-src 'none'"):
+        self.page_policy = page_policy  # the page's Content-Security-Policy, sent as a header with frame-ancestors
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
         self.diagnoses = b'{"host": "", "time": 0, "diagnoses": []}'

@@ -140,11 +140,19 @@ class App:
         if scope["type"] != "http":
             return
         code, headers, body = await self._answer(scope)
+        headers += self._always(scope["path"])
         headers.append((b"content-length", str(len(body)).encode()))
         if self.web:
             headers += self.web.config.headers
         await send({"type": "http.response.start", "status": code, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+    def _always(self, path: str) -> list[tuple[bytes, bytes]]:
+        """Headers of every answer: nothing is sniffed, framed or cached (/healthz aside), the page's policy enforced."""
+        headers = [(b"x-content-type-options", b"nosniff"),
+                   (b"content-security-policy", f"{self.published.page_policy}; frame-ancestors 'none'".encode()),
+                   (b"x-frame-options", b"DENY")]
+        return headers + ([] if path == "/healthz" else [(b"cache-control", b"no-store")])
 
     async def _login(self, scope) -> tuple[Verdict, int]:
         config = self.web.config if self.web else None
@@ -179,9 +187,9 @@ class App:
         if path == "/api/diagnoses":
             return 200, [(b"content-type", b"application/json")], self.published.diagnoses
         if path == "/api/page":
-            return 200, [(b"content-type", b"application/json"), (b"cache-control", b"no-store")], self.published.page_json
+            return 200, [(b"content-type", b"application/json")], self.published.page_json
         if path == "/":
-            return 200, [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")], self.published.page
+            return 200, [(b"content-type", b"text/html; charset=utf-8")], self.published.page
         return 404, [(b"content-type", b"text/plain")], NOT_FOUND
 
 

@@ -94,11 +94,14 @@ def test_a_caught_up_group_on_a_topic_without_writes_lags_0_s():
     assert lag_seconds(out, group="reader", topic="idle") == 0.0
 
 
+NOW = 1_800_000_000.0
+
+
 def test_a_group_behind_the_history_falls_back_to_its_record_time():
     clock = LagClock()
     behind = state({"orders": [1000]}, {"old": {"orders": 900}, "unknown": {"orders": 900}})
-    behind["consumer_groups"]["old"]["lag"]["orders"]["record_time"] = 700.0
-    out = clock.samples(1000.0, behind, SeriesFilter())
+    behind["consumer_groups"]["old"]["lag"]["orders"]["record_time"] = NOW - 300
+    out = clock.samples(NOW, behind, SeriesFilter())
     assert lag_seconds(out, group="old", topic="orders") == 300.0
     assert lag_seconds(out, group="unknown", topic="orders") is None
     assert clock.unanswered == [["old", "orders"], ["unknown", "orders"]]  # the next fetch reads their record times
@@ -196,3 +199,29 @@ def test_consumer_lag_growing_says_how_far_behind_in_seconds_and_when_it_catches
     [rule] = [r for r in load_catalog([Path(kdiag.__file__).parent / "rules"]) if r.id == "consumer_lag_growing"]
     summary = render(rule.summary, {"it": group})
     assert "6800 messages (220 s) behind" in summary and "catches up never" in summary, summary
+
+
+@pytest.mark.parametrize("record_time, retention_ms", [
+    (1.0, "-1"),  # a producer that stamped CreateTime=1: 57 years of lag (issue 30)
+    (1.0, None),
+    (NOW - 3 * 86400, "86400000"),  # older than the topic's retention and an hour's segment: deleted by now
+    (NOW + 3600, "604800000"),  # an hour ahead of this host's clock
+])
+def test_an_implausible_record_time_is_not_taken(record_time: float, retention_ms: str | None):
+    clock = LagClock()
+    for i in range(3):  # 20 s of history: the group's offset is older than all of it
+        t = NOW - 20 + 10 * i
+        behind = state({"orders": [1000 + 100 * i]}, {"old": {"orders": 900 + 100 * i}})
+        behind["topics"]["orders"]["configs"] = {"retention.ms": retention_ms, "segment.ms": "3600000"} \
+            if retention_ms else {}
+        behind["consumer_groups"]["old"]["lag"]["orders"]["record_time"] = record_time
+        out = clock.samples(t, behind, SeriesFilter())
+    assert lag_seconds(out, group="old", topic="orders") is None  # until the history reaches back to the offset
+
+
+def test_a_record_within_the_retention_and_a_segment_is_plausible():
+    clock = LagClock()
+    behind = state({"orders": [1000]}, {"old": {"orders": 900}})
+    behind["topics"]["orders"]["configs"] = {"retention.ms": "86400000", "segment.ms": "3600000"}
+    behind["consumer_groups"]["old"]["lag"]["orders"]["record_time"] = NOW - 86400 - 1800
+    assert lag_seconds(clock.samples(NOW, behind, SeriesFilter()), group="old", topic="orders") == 88200.0

@@ -4,7 +4,10 @@ Each admin fetch adds, per topic, the sum of its partitions' log end offsets at 
 on the topic is that sum minus its lag. Interpolating the sum's history gives the time the log end passed the
 committed total: the lag in seconds is how long ago that was. Where the history begins after that point (kdiag just
 started, or the group is further behind than the retention), the oldest record timestamp the AdminClient process read
-at the group's committed offsets answers instead (`record_time` in the admin state), else there is no value.
+at the group's committed offsets answers instead (`record_time` in the admin state) when it is plausible: a producer
+sets CreateTime, and one that stamped 1 (1970) made 57 years of lag. A plausible record time is not in the future
+and no older than the topic's retention and a segment (its records are gone by then), nor than Kafka itself; else
+there is no value until the history reaches back to the group's offset.
 The topic's total stands for each partition's end: exact while the group committed every partition and the partitions
 are written evenly; a group that committed only some partitions reads as less far behind.
 
@@ -28,6 +31,9 @@ LAG_SECONDS = "kdiag_consumer_lag_seconds"
 CATCH_UP = "kdiag_consumer_catch_up_seconds"
 # The span over which the lag's change is measured, as the consumer_lag_growing rule's growth (kafka_signals.py).
 GROWTH_SECONDS = 120.0
+KAFKA_EPOCH = 1293840000.0  # 2011-01-01, before Kafka's first release: no record of a real cluster is older
+CLOCK_SKEW_SECONDS = 60.0  # a producer's clock a little ahead of this host's
+DEFAULT_SEGMENT_MS = 7 * 86400 * 1000.0  # segment.ms's default: a segment may outlive retention by this much
 HELP = {
     LAG_SECONDS: "How long ago the topic's log end was where the group's committed offset is now (per topic for "
                  "kafka.group_series groups, the largest over its topics for the others).",
@@ -54,6 +60,23 @@ def time_at_offset(points: Sequence[tuple[float, float]], offset: float) -> floa
             return earlier[0] + share * (later[0] - earlier[0])
         later = earlier
     return None
+
+
+def _ms(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def plausible_record_time(t: float, now: float, configs: dict[str, Any]) -> bool:
+    """Whether a record's timestamp can be when it was written: not ahead of now (beyond a little clock skew), not
+    older than the topic's retention.ms and one segment.ms (its segment would be deleted), nor than Kafka."""
+    retention = _ms(configs.get("retention.ms"))
+    oldest = KAFKA_EPOCH
+    if retention is not None and retention >= 0:
+        oldest = max(oldest, now - (retention + (_ms(configs.get("segment.ms")) or DEFAULT_SEGMENT_MS)) / 1000)
+    return oldest <= t <= now + CLOCK_SKEW_SECONDS
 
 
 class LagClock:
@@ -122,7 +145,8 @@ class LagClock:
                 seconds = self.seconds(now, topic, totals[topic] - lag["sum"])
                 if seconds is None:
                     self.unanswered.append([group, topic])
-                    if "record_time" in lag:
+                    configs = state["topics"].get(topic, {}).get("configs") or {}
+                    if "record_time" in lag and plausible_record_time(lag["record_time"], now, configs):
                         seconds = max(now - lag["record_time"], 0.0)
                 if seconds is not None:
                     values[LAG_SECONDS][topic] = seconds
