@@ -30,6 +30,7 @@ from kdiag.collectors.host.stat import StatCollector
 from kdiag.collectors.host.statvfs import StatvfsCollector
 from kdiag.collectors.host.sysctl import SysctlCollector
 from kdiag.collectors.host.vmstat import VmstatCollector
+from kdiag.config.probe import PROBE_GROUP_PREFIX
 from kdiag.config.settings import Config, Duration
 from kdiag.recording.recording import Recording
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
@@ -59,7 +60,13 @@ def admin_collector(config: Config) -> Collector:
     return KafkaAdminCollector(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series,
                                kafka.client_settings, kafka.expected_brokers, partition_series=kafka.partition_series,
                                group_series=kafka.group_series, configs_interval=kafka.configs_interval,
-                               quiet_groups_interval=kafka.quiet_groups_interval, local_broker=kafka.local_broker_id)
+                               quiet_groups_interval=kafka.quiet_groups_interval, local_broker=kafka.local_broker_id,
+                               own_groups=own_groups(config))
+
+
+def own_groups(config: Config) -> tuple[str, ...]:
+    """kdiag's own consumer groups: the election's and the probes' (every daemon's probe group, by its prefix)."""
+    return (config.kafka.coordination_group, config.probe.group_id or f"{PROBE_GROUP_PREFIX}*")
 
 
 def jmx_collector(config: Config) -> Collector:

@@ -9,6 +9,8 @@ from kdiag.core.quote import quote
 DEFAULT_LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
 
 
+PROBE_GROUP_PREFIX = "kdiag-probe-"  # a probe's group without probe.group_id: this and its daemon's host
+
 @dataclass
 class ProbeConfig:
     """The synthetic probe: its topic, rate, durability and the windows of its verdicts."""

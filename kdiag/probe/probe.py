@@ -12,7 +12,7 @@ from typing import Any
 
 from kdiag.probe import topic as probe_topic
 from kdiag.kafka.client import ClientSettings, ErrorLog
-from kdiag.config.probe import ProbeConfig
+from kdiag.config.probe import PROBE_GROUP_PREFIX, ProbeConfig
 from kdiag.probe.metrics import BrokerStats
 from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe.topic import REQUEST_TIMEOUT, Topology
@@ -49,7 +49,7 @@ class ProbeService:
         self.config = config
         self.instance = instance
         self.run_id = uuid.uuid4()
-        self.group_id = config.group_id or f"kdiag-probe-{instance}"
+        self.group_id = config.group_id or f"{PROBE_GROUP_PREFIX}{instance}"
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._refresh = threading.Event()  # asks the manager for fresh metadata now

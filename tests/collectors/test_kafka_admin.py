@@ -18,7 +18,9 @@ import pytest
 from golden import FIXTURES, assert_golden
 from waiting import wait_until
 
+from kdiag.app.wiring import own_groups
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.config.settings import Config
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.collectors.kafka.admin_samples import config_number, samples_from_admin_state
 from kdiag.core.root import Root, SnapshotRoot, TeeRoot
@@ -153,6 +155,21 @@ def test_snapshot_replay_never_connects(tmp_path):
     collector = KafkaAdminCollector("127.0.0.1:1")
     assert collector.collect(SnapshotRoot(tmp_path)) == samples_from_admin_state(load_state())
     assert collector.worker.pid() is None
+
+
+def test_kdiags_own_groups_are_left_out_of_the_consumer_group_samples(tmp_path):
+    state = load_state()
+    user_group = next(iter(state["consumer_groups"]))
+    for own in ("kdiag-coordination", "kdiag-probe-broker-1"):
+        state["consumer_groups"][own] = copy.deepcopy(state["consumer_groups"][user_group])
+    (tmp_path / "meta.json").write_text('{"time": 1764430000.0}')
+    (tmp_path / "kafka.json").write_text(json.dumps({"sources": {"admin": state}}))
+    own = KafkaAdminCollector("127.0.0.1:1", own_groups=("kdiag-coordination", "kdiag-probe-*"))
+    groups = {dict(s.labels).get("group") for s in own.collect(SnapshotRoot(tmp_path))}
+    assert user_group in groups and not groups & {"kdiag-coordination", "kdiag-probe-broker-1"}
+    everyone = {dict(s.labels).get("group") for s in KafkaAdminCollector("127.0.0.1:1").collect(SnapshotRoot(tmp_path))}
+    assert {"kdiag-coordination", "kdiag-probe-broker-1"} <= everyone  # without own_groups: as any other group
+    assert own_groups(Config()) == ("kdiag-coordination", "kdiag-probe-*")  # what `kdiag run` hands the collector
 
 
 # --- live tests against `kdiag lab` -------------------------------------------------------------------

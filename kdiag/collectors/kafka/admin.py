@@ -28,7 +28,8 @@ class KafkaAdminCollector(Collector):
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
                  partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
-                 configs_interval: float = 0.0, quiet_groups_interval: float = 0.0, local_broker: int | None = None):
+                 configs_interval: float = 0.0, quiet_groups_interval: float = 0.0, local_broker: int | None = None,
+                 own_groups: tuple[str, ...] = ()):
         self.bootstrap_servers = bootstrap_servers
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
@@ -48,6 +49,9 @@ class KafkaAdminCollector(Collector):
         self.full = True
         self.local_broker = local_broker
         self.full_fetches = 0  # full fetches answered so far: how a new reporter knows its rates are warm
+        # kdiag's own groups (the election's, the probes'; a name ending in "*" is a prefix): no consumer-group rule
+        # judges them (the election's standbys hold no partition by design).
+        self.own_groups = own_groups
 
     def fetch(self) -> dict[str, Any]:
         """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
@@ -67,10 +71,19 @@ class KafkaAdminCollector(Collector):
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
         self.child_cpu_seconds = 0.0
-        state = root.kafka(SOURCE, self.fetch)
+        state = self._without_own_groups(root.kafka(SOURCE, self.fetch))
         samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
         samples += self.lag_clock.samples(root.now(), state, self.group_series)
         return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
+
+    def _own(self, group: str) -> bool:
+        return any(group.startswith(g[:-1]) if g.endswith("*") else group == g for g in self.own_groups)
+
+    def _without_own_groups(self, state: dict[str, Any]) -> dict[str, Any]:
+        groups = state.get("consumer_groups") or {}
+        if not any(self._own(g) for g in groups):
+            return state
+        return {**state, "consumer_groups": {g: v for g, v in groups.items() if not self._own(g)}}
 
     def close(self) -> None:
         """Stop the AdminClient process."""
