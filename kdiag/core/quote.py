@@ -10,7 +10,7 @@ LIMIT = 80
 # A label value from outside (a group id, a topic, a process name) is cut past this: a Prometheus with
 # label_value_length_limit fails the whole scrape on one longer value. A short hash of the whole value follows the cut,
 # so two long ids that share their first LABEL_LIMIT characters stay two series.
-LABEL_LIMIT = 200
+LABEL_LIMIT = 300  # also the longest collector error reason kdiag exports (MAX_REASON), which stays whole
 
 
 class _Repr(reprlib.Repr):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kdiag.tools.lab import acls as lab_acls
 from kdiag.tools.lab import nodes as lab_nodes
 from kdiag.tools.lab import security as lab_security
 from kdiag.tools.lab import versions as lab_versions
@@ -152,6 +153,8 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)
     try:
         lab_nodes.wait_ready(d, info, timeout)
+        if lab_security.sasl(security):
+            lab_acls.grant(d, info)
     except LabError as e:
         lab_nodes.stop(d, info)
         lab_zookeeper.stop(d)

@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from kdiag.tools.lab import acls as lab_acls
 from kdiag.tools.lab import security as lab_security
 
 KAFKA_VERSION = "4.4.0"
@@ -63,6 +64,8 @@ def server_properties(n: int, brokers: int, base: int, node_dir: Path, security:
             f"controller.quorum.voters={voters}",
             *lab_security.listener_lines(node_dir.parent, security, p["client"], p["controller"]),
         ]
+    if lab_security.sasl(security):
+        lines += lab_acls.authorizer_lines(mode == "zookeeper")
     lines += [f"log.dirs={node_dir / 'data'}", "group.initial.rebalance.delay.ms=0"]
     rf, isr = (1, 1) if brokers == 1 else (3, 2)
     lines += [

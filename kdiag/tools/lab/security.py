@@ -30,6 +30,7 @@ MODES = ("none", "ssl", "sasl_plaintext", "sasl_ssl")
 MECHANISM = "SCRAM-SHA-512"
 USER = "kdiag"
 BROKER_USER = "broker"
+INTRUDER = "intruder"  # a SCRAM user without any ACL (kdiag/tools/lab/acls.py)
 CERT_DAYS = 825
 
 
@@ -135,8 +136,12 @@ def prepare(d: Path, mode: str) -> None:
     _certificates(s)
     _jmx_files(s, mode)
     if sasl(mode):
-        _password(s / "kdiag.password")
-        _password(s / "broker.password")
+        _scram_users(s)
+
+
+def _scram_users(s: Path) -> list[tuple[str, str]]:
+    """(name, password) of the lab's SCRAM users: kdiag, the brokers, and an intruder without ACLs."""
+    return [(name, _password(s / f"{name}.password")) for name in (USER, BROKER_USER, INTRUDER)]
 
 
 def listener_lines(d: Path, mode: str, client_port: int, controller_port: int | None) -> list[str]:
@@ -183,7 +188,7 @@ def format_command(d: Path, mode: str, node: int, java_args: list[str]) -> list[
     if not sasl(mode):
         return java_args
     s = secrets_dir(d)
-    users = [(USER, _password(s / "kdiag.password")), (BROKER_USER, _password(s / "broker.password"))]
+    users = _scram_users(s)
     args = java_args[1:] + [a for name, pw in users for a in ("--add-scram", f"{MECHANISM}=[name={name},password={pw}]")]
     argfile = s / f"format-{node}.args"
     write_private(argfile, "".join(f'"{a}"\n' for a in args))
@@ -195,7 +200,7 @@ def add_zookeeper_users(d: Path, mode: str, zk_port: int) -> None:
     if not sasl(mode):
         return
     s = secrets_dir(d)
-    for name, pw in ((USER, _password(s / "kdiag.password")), (BROKER_USER, _password(s / "broker.password"))):
+    for name, pw in _scram_users(s):
         args = ["-cp", str(d / "libs" / "*"), "kafka.admin.ConfigCommand", "--zookeeper", f"127.0.0.1:{zk_port}",
                 "--alter", "--add-config", f"{MECHANISM}=[password={pw}]", "--entity-type", "users", "--entity-name", name]
         argfile = s / f"scram-{name}.args"
