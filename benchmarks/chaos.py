@@ -1,6 +1,7 @@
-"""Chaos soak: three `kdiag run` daemons on a 3-broker lab while brokers are killed and frozen, the cluster is cut off,
-a JmxTool hangs, processes with hostile names come and go and the config reloads; exits, publish gaps, RSS and fd
-growth, tracebacks and the exposition's validity per daemon."""
+"""Chaos soak: three `kdiag run` daemons (a signed fleet) on a 3-broker lab while brokers are killed and frozen, the
+cluster is cut off, a JmxTool hangs, processes with hostile names come and go, the config reloads and a hostile Kafka
+client forges, floods and hijacks the election (hostile_client.py); exits, publish gaps, RSS and fd growth,
+tracebacks and the exposition's validity per daemon, forged diagnoses shown and time without a reporter."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
+from hostile_client import HostileClient
 from soak import load1, proc_figures
 
 from kdiag.analysis.catalog import default_rules_dir
+from kdiag.kafka.fleet_key import write_key
 from kdiag.tools.lab import lab
 
 # Process names (what /proc/PID/comm shows, its first 15 bytes) and arguments any local user can give a process.
@@ -35,6 +38,8 @@ HOSTILE_ARGV = ["--x=\x1c# y", "\u2028\u2029\x85", "line\nbreak", "<script>alert
 READER = "import sys, time\nwhile True:\n    open(sys.argv[1], 'rb').read()\n    time.sleep(0.25)\n"
 LAST_CYCLE = re.compile(rb"^kdiag_last_cycle_timestamp_seconds (\S+)$", re.M)
 TRACEBACK = "Traceback (most recent call last):"
+# No daemon reporting during a hostile client's event: at most the fallback's two election intervals and a few looks.
+NOBODY_REPORTS_LIMIT = 40.0
 KAFKA_TIMEOUT = 10.0  # the daemons' kafka.timeout: a JmxTool silent for 2 JMX polls plus this is replaced
 
 
@@ -75,6 +80,13 @@ class Daemon:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(self.config),
                                           "--no-discover"], stdout=out, stderr=subprocess.STDOUT)
+
+    def restart(self) -> None:
+        """SIGTERM it (it leaves the election's group) and start it again; not an exit."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
+        self.start()
 
     def check_exit(self) -> None:
         """A daemon that exited is counted, with its status, and started again."""
@@ -142,6 +154,17 @@ def daemon_config(lab_dir: Path, info: dict, node: int, port: int, interval: flo
                   "interval": f"{2 * interval:g}s", "jmx_interval": f"{interval:g}s", "timeout": f"{KAFKA_TIMEOUT:g}s"},
         "probe": {"topic": f"kdiag-chaos-probe-{node}", "group_id": f"kdiag-chaos-probe-{node}"},
     }
+
+
+def restart_all(daemons: list[Daemon]) -> None:
+    """Restart every daemon at once and wait until each answers again."""
+    for d in daemons:
+        if d.proc and d.proc.poll() is None:
+            d.proc.send_signal(signal.SIGTERM)
+    for d in daemons:
+        d.restart()
+    for d in daemons:
+        wait_for(lambda d=d: healthy(d), 180)
 
 
 def wait_for(check: Callable[[], bool], timeout: float) -> bool:
@@ -365,7 +388,8 @@ def progress(start: float, events: int, daemons: list[Daemon], chaos: Chaos) -> 
             f"load {load1():.1f}.")
 
 
-def report(daemons: list[Daemon], chaos: Chaos, counts: dict[str, int], loads: list[float], seconds: float) -> dict:
+def report(daemons: list[Daemon], chaos: Chaos, counts: dict[str, int], loads: list[float], seconds: float,
+           hostile: dict) -> dict:
     """The figures per daemon and the verdict."""
     rows = []
     for d in daemons:
@@ -380,9 +404,10 @@ def report(daemons: list[Daemon], chaos: Chaos, counts: dict[str, int], loads: l
                                                                       max(loads)] if loads else [],
               "iptables": chaos.iptables, "promtool": bool(chaos.promtool),
               "expositions": len(chaos.exposition), "invalid_expositions": [p for p in chaos.exposition if p],
-              "hostile_seen": chaos.hostile_seen, "reloads": chaos.reloads, "daemons": rows}
+              "hostile_seen": chaos.hostile_seen, "reloads": chaos.reloads, "hostile_client": hostile, "daemons": rows}
     result["passed"] = (all(not r["exits"] and r["longest_gap_cycles"] <= 2 and not r["tracebacks"] for r in rows)
-                        and not result["invalid_expositions"] and not chaos.reloads["missed"])
+                        and not result["invalid_expositions"] and not chaos.reloads["missed"]
+                        and not hostile["forged_shown"] and hostile["nobody_reported_seconds"] < NOBODY_REPORTS_LIMIT)
     return result
 
 
@@ -400,6 +425,10 @@ def table(result: dict) -> str:
                  f"{result['expositions']}, invalid {len(result['invalid_expositions'])}; reloads {result['reloads']}; "
                  f"hostile processes seen "
                  f"{result['hostile_seen']}; load average min/mean/max {'/'.join(map(str, load))}")
+    h = result["hostile_client"]
+    lines.append(f"hostile Kafka client: forged diagnoses shown {len(h['forged_shown'])}, longest time no daemon "
+                 f"reported during its events {h['nobody_reported_seconds']} s, foreign members seen "
+                 f"{h['foreign_members_seen']}, records refused {h['refused']}")
     return "\n".join(lines)
 
 
@@ -427,18 +456,26 @@ def main(argv: list[str] | None = None) -> int:
     daemons = [Daemon(n, args.port + n - 1, work / f"daemon-{n}", args.interval) for n in (1, 2, 3)]
     # The daemons' own copy of the catalog: a reload must not pick up a rule edited in the checkout meanwhile.
     rules = shutil.copytree(default_rules_dir(), work / "rules")
+    key = work / "fleet.key"
+    write_key(str(key))
     for d in daemons:
         d.dir.mkdir(parents=True)
-        d.config.write_text(yaml.safe_dump(daemon_config(lab_dir, info, d.node, d.port, args.interval, rules)))
+        config = daemon_config(lab_dir, info, d.node, d.port, args.interval, rules)
+        config["kafka"]["coordination_key_file"] = str(key)  # a signed fleet: no forged record is ever shown
+        d.config.write_text(yaml.safe_dump(config))
         d.start()
     chaos = Chaos(lab_dir, work, daemons, args.hold)
+    hostile = HostileClient(info["bootstrap"], [d.url("") for d in daemons], lambda: restart_all(daemons))
     events: list[tuple[str, Callable[[], str]]] = [
         ("hostile_processes", chaos.hostile_processes), ("reload_valid", lambda: chaos.reload(False)),
         ("reload_broken", lambda: chaos.reload(True)), ("jmx_hang", chaos.hang_jmx),
-        ("broker_freeze", chaos.freeze_broker), ("broker_kill", chaos.kill_broker), ("cluster_cut", chaos.cut_cluster)]
+        ("broker_freeze", chaos.freeze_broker), ("broker_kill", chaos.kill_broker), ("cluster_cut", chaos.cut_cluster),
+        ("hostile_records", hostile.forge), ("hostile_flood", hostile.flood),
+        ("coordination_deleted", hostile.delete_topics), ("group_hijack", hostile.hijack)]
     counts = {name: 0 for name, _ in events}
     stop, loads = threading.Event(), []
     thread = threading.Thread(target=scraper, args=(daemons, stop), daemon=True)
+    watcher = threading.Thread(target=hostile.watch, args=(stop,), daemon=True)
     start = time.monotonic()
     try:
         for d in daemons:
@@ -449,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         for d in daemons:
             d.start_figures = d.figures()
         thread.start()
+        watcher.start()
         print(f"chaos on {info['bootstrap']} with daemons on ports {args.port}-{args.port + 2}, work dir {work}; "
               f"cluster cut by {'iptables' if chaos.iptables else 'stopping all brokers'}", flush=True)
         start = time.monotonic()
@@ -466,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         chaos.cleanup()
         stop.set()
         thread.join(30)
-        result = report(daemons, chaos, counts, loads, time.monotonic() - start)
+        watcher.join(30)
+        result = report(daemons, chaos, counts, loads, time.monotonic() - start, hostile.summary())
         for d in daemons:
             if d.proc and d.proc.poll() is None:
                 d.proc.send_signal(signal.SIGTERM)
@@ -480,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     print("PASS" if result["passed"] else "FAIL", "(goals: 0 exits, publish gap <= 2 cycles, no traceback, every "
-          "exposition valid, every reload applied or refused as it should)")
+          "exposition valid, every reload applied or refused as it should, no forged diagnosis shown, no daemon "
+          f"reporting for under {NOBODY_REPORTS_LIMIT:g} s during a hostile client's events)")
     return 0 if result["passed"] else 1
 
 

@@ -1,5 +1,6 @@
 """The 3-minute chaos soak (benchmarks/chaos.py): three daemons on a 3-broker lab of this run's own while brokers are
-killed and frozen, the cluster is cut off, a JmxTool hangs, hostile process names come and go and configs reload."""
+killed and frozen, the cluster is cut off, a JmxTool hangs, hostile process names come and go, configs reload and a
+hostile Kafka client forges, floods, deletes and hijacks the election."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ pytestmark = [pytest.mark.drills,
               pytest.mark.skipif("not config.getoption('own_lab')",
                                  reason="kills, freezes and cuts off brokers: --own-lab, on a lab of your own")]
 ROOT = Path(__file__).resolve().parents[1]
-EVENTS = {"hostile_processes", "reload_valid", "reload_broken", "jmx_hang", "broker_freeze", "broker_kill", "cluster_cut"}
+EVENTS = {"hostile_processes", "reload_valid", "reload_broken", "jmx_hang", "broker_freeze", "broker_kill", "cluster_cut",
+          "hostile_records", "hostile_flood", "coordination_deleted", "group_hijack"}
 
 
 def test_three_minutes_of_chaos_leave_every_daemon_alive_fresh_and_valid(tmp_path: Path) -> None:
@@ -37,6 +39,10 @@ def test_three_minutes_of_chaos_leave_every_daemon_alive_fresh_and_valid(tmp_pat
     assert result["promtool"]
     assert result["expositions"] >= 6 and not result["invalid_expositions"], result["invalid_expositions"]
     assert all(result["hostile_seen"]), "the hostile processes never reached /metrics: the check checked nothing"
+    hostile = result["hostile_client"]
+    assert hostile["forged_shown"] == [], hostile  # a signed fleet never shows a forged diagnosis
+    assert hostile["nobody_reported_seconds"] < 40, hostile
+    assert hostile["foreign_members_seen"] >= 1 and hostile["refused"].get("bad_mac", 0) >= 1, hostile
     for daemon in result["daemons"]:
         assert daemon["exits"] == [], daemon
         assert daemon["longest_gap_cycles"] <= 2, daemon
