@@ -11,6 +11,7 @@ import pytest
 
 from kdiag.kafka.coordination_records import (MAC_HEADER, MAX_RECORD_BYTES, Member, Refused, client_id, encode,
                                               mac_holds, member_of, nesting, parse, record_mac)
+from kdiag.config.settings import ConfigError, load_config
 from kdiag.kafka.fleet_key import FleetKeyError, read_key, write_key
 
 GROUP = "kdiag-coordination"
@@ -143,3 +144,15 @@ def test_records_are_checked_against_the_time_they_are_read() -> None:
     fresh = encode(record(saved=time.time(), diagnoses=[diagnosis(since=time.time() - 31 * 86400)]))
     with pytest.raises(Refused, match="days ago"):
         parse(fresh, time.time(), RULES, GROUP)
+
+
+def test_a_refused_key_file_stops_the_start_up_naming_the_key(tmp_path: Path) -> None:
+    key = tmp_path / "fleet.key"
+    write_key(str(key))
+    os.chmod(key, 0o644)
+    config = tmp_path / "kdiag.yaml"
+    config.write_text(f"kafka:\n  bootstrap_servers: 127.0.0.1:1\n  coordination_key_file: {key}\n")
+    with pytest.raises(ConfigError, match="kafka.coordination_key_file .* can be read by others"):
+        load_config(str(config))
+    os.chmod(key, 0o600)
+    assert load_config(str(config)).kafka.coordination_key == read_key(str(key))
