@@ -62,6 +62,7 @@ class Daemon:
     start_figures: tuple[float, int, int] | None = None
     peak_rss: float = 0.0
     peak_fds: int = 0
+    restarting: bool = False  # stopped on purpose (restart()): its exit is no exit
 
     @property
     def config(self) -> Path:
@@ -83,14 +84,18 @@ class Daemon:
 
     def restart(self) -> None:
         """SIGTERM it (it leaves the election's group) and start it again; not an exit."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
-        self.start()
+        self.restarting = True
+        try:
+            if self.proc and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(60)
+            self.start()
+        finally:
+            self.restarting = False
 
     def check_exit(self) -> None:
         """A daemon that exited is counted, with its status, and started again."""
-        if self.proc and (rc := self.proc.poll()) is not None:
+        if self.proc and not self.restarting and (rc := self.proc.poll()) is not None:
             self.exits.append(f"signal {signal.Signals(-rc).name}" if rc < 0 else f"status {rc}")
             print(f"DAEMON EXIT: daemon {self.node} {self.exits[-1]}: restarting it", flush=True)
             self.start()
@@ -159,6 +164,7 @@ def daemon_config(lab_dir: Path, info: dict, node: int, port: int, interval: flo
 def restart_all(daemons: list[Daemon]) -> None:
     """Restart every daemon at once and wait until each answers again."""
     for d in daemons:
+        d.restarting = True
         if d.proc and d.proc.poll() is None:
             d.proc.send_signal(signal.SIGTERM)
     for d in daemons:
@@ -466,12 +472,14 @@ def main(argv: list[str] | None = None) -> int:
         d.start()
     chaos = Chaos(lab_dir, work, daemons, args.hold)
     hostile = HostileClient(info["bootstrap"], [d.url("") for d in daemons], lambda: restart_all(daemons))
+    # The hostile client's events come before the broker faults: the time without a reporter it measures is then its
+    # own, not what is left of a cluster restart (after which the election takes its own time to form again).
     events: list[tuple[str, Callable[[], str]]] = [
-        ("hostile_processes", chaos.hostile_processes), ("reload_valid", lambda: chaos.reload(False)),
+        ("hostile_processes", chaos.hostile_processes), ("hostile_records", hostile.forge),
+        ("hostile_flood", hostile.flood), ("coordination_deleted", hostile.delete_topics),
+        ("group_hijack", hostile.hijack), ("reload_valid", lambda: chaos.reload(False)),
         ("reload_broken", lambda: chaos.reload(True)), ("jmx_hang", chaos.hang_jmx),
-        ("broker_freeze", chaos.freeze_broker), ("broker_kill", chaos.kill_broker), ("cluster_cut", chaos.cut_cluster),
-        ("hostile_records", hostile.forge), ("hostile_flood", hostile.flood),
-        ("coordination_deleted", hostile.delete_topics), ("group_hijack", hostile.hijack)]
+        ("broker_freeze", chaos.freeze_broker), ("broker_kill", chaos.kill_broker), ("cluster_cut", chaos.cut_cluster)]
     counts = {name: 0 for name, _ in events}
     stop, loads = threading.Event(), []
     thread = threading.Thread(target=scraper, args=(daemons, stop), daemon=True)

@@ -68,7 +68,8 @@ class HostileClient:
                     elif line.startswith("kdiag_coordination_records_refused_total{"):
                         reason = line.split('reason="', 1)[1].split('"', 1)[0]
                         refused[reason] = refused.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
-            self.refused = refused or self.refused
+            # A restarted daemon counts from 0 again: keep the most seen.
+            self.refused = {r: max(n, self.refused.get(r, 0.0)) for r, n in {**self.refused, **refused}.items()}
             inside = any(start <= now <= end for start, end in self.windows) or (
                 self.windows and self.windows[-1][1] == float("inf"))
             if reporting or not inside:
