@@ -152,7 +152,7 @@ def test_a_refused_key_file_stops_the_start_up_naming_the_key(tmp_path: Path) ->
     os.chmod(key, 0o644)
     config = tmp_path / "kdiag.yaml"
     config.write_text(f"kafka:\n  bootstrap_servers: 127.0.0.1:1\n  coordination_key_file: {key}\n")
-    with pytest.raises(ConfigError, match="kafka.coordination_key_file .* can be read by others"):
+    with pytest.raises(ConfigError, match=r"kafka\.coordination_key_file .* can be read by others"):
         load_config(str(config))
     os.chmod(key, 0o600)
     assert load_config(str(config)).kafka.coordination_key == read_key(str(key))
