@@ -19,6 +19,7 @@ import yaml
 from promstack import RECORDINGS, binary, free_port, query, start_prometheus, stop
 from waiting import wait_until
 
+from kdiag.report.page import POLICY
 from kdiag.serve.webconfig import WebConfigError, load_web_config
 
 RECORDING = RECORDINGS / "swap-in-use"
@@ -354,5 +355,24 @@ def test_every_answer_says_no_sniffing_no_framing_and_no_caching(tmp_path):
             assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy, path
         page = urllib.request.urlopen(f"http://127.0.0.1:{k.port}/", timeout=30)
         assert "script-src 'sha256-" in page.headers["Content-Security-Policy"]
+    finally:
+        k.close()
+
+
+def test_a_refused_login_says_nosniff_and_the_web_configs_headers_come_after_kdiags(tmp_path, certs):
+    path = web_config(tmp_path / "web.yml", certs)
+    config = yaml.safe_load(path.read_text())
+    config["http_server_config"] = {"headers": {"Strict-Transport-Security": "max-age=31536000"}}
+    path.write_text(yaml.safe_dump(config))
+    k = Kdiag(tmp_path, "--web-config", str(path), ca=certs / "ca.crt")
+    try:
+        for path_, login in (("/metrics", ()), ("/", ("-u", f"prom:{PASSWORD}"))):
+            status, answer = k.curl(path_, "-I", *login)  # HEAD: the headers are the output
+            names = [line.split(b":", 1)[0].lower() for line in answer.splitlines() if b":" in line]
+            assert status == (200 if login else 401) and b"x-content-type-options: nosniff" in answer.lower(), answer
+            assert names.index(b"strict-transport-security") > names.index(b"content-security-policy"), answer
+        page_policy = next(line.split(b": ", 1)[1].decode() for line in answer.splitlines()
+                           if line.lower().startswith(b"content-security-policy:"))
+        assert page_policy == f"{POLICY}; frame-ancestors 'none'"  # the page's own policy, hashes and all
     finally:
         k.close()
