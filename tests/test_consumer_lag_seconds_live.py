@@ -62,11 +62,11 @@ class KnownProducer:
         return None if None in stamps else min(stamps)
 
 
-def commit_at_the_end(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+def commit_at_the_end(bootstrap: str, group: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
     """Commit the group's offsets at each partition's log end now (the next records to be written); returns them."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
         consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in ends.items()], asynchronous=False)
         return ends
     finally:
@@ -83,6 +83,17 @@ def scrape(address: str, topic: str, name: str = "kdiag_consumer_lag_seconds") -
                and s.labels["collector"] == "kafka_admin"]
     return ({s.labels["group"]: s.value for s in samples if s.name == name and s.labels.get("topic") == topic},
             fetched[0] if fetched else math.nan)
+
+
+def kdiag_config(tmp_path: Path, tag: str) -> Path:
+    """A kdiag config for the lab: 2 s cycles and admin fetches, no probe, per-topic series for lagsec-*-<tag> groups."""
+    config = tmp_path / "kdiag.yml"
+    config.write_text(yaml.safe_dump({
+        "interval": "2s", "state_dir": "", "probe": {"enabled": False},
+        "kafka": {"interval": "2s", "timeout": "20s", "cluster_scope": "always",
+                  "coordination_topic": f"__kdiag_coordination_{tag}", "coordination_group": f"kdiag-{tag}",
+                  "group_series": {"allow": [f"lagsec-.*-{tag}"]}}}))
+    return config
 
 
 def lag_seconds(address: str, topic: str) -> dict[str, float]:
@@ -103,13 +114,7 @@ def test_lag_seconds_match_the_known_lag(kafka_lab: dict, tmp_path: Path) -> Non
         wait_until(lambda: len(producer.stamps) >= 2 * RATE, 60, "two seconds of records acked")
         # Committed before kdiag starts: its history never holds that end, the record's timestamp answers.
         early_offsets = commit_at_the_end(bootstrap, early, topic)
-        config = tmp_path / "kdiag.yml"
-        config.write_text(yaml.safe_dump({
-            "interval": "2s", "state_dir": "", "probe": {"enabled": False},
-            "kafka": {"interval": "2s", "timeout": "20s", "cluster_scope": "always",
-                      "coordination_topic": f"__kdiag_coordination_{tag}", "coordination_group": f"kdiag-{tag}",
-                      "group_series": {"allow": [f"lagsec-.*-{tag}"]}}}))
-        address = stack.kdiag_live("--bootstrap-servers", bootstrap, "--config", str(config))
+        address = stack.kdiag_live("--bootstrap-servers", bootstrap, "--config", str(kdiag_config(tmp_path, tag)))
         # A loaded CI box and a shared lab with many topics stretch the admin fetches (up to 4 x kafka.interval).
         wait_until(lambda: early in lag_seconds(address, topic), 240, f"lag seconds of {early}", stack.logs)
         # Committed once kdiag's history of the topic's end has begun (the early group's value needed two fetches).
@@ -133,4 +138,56 @@ def test_lag_seconds_match_the_known_lag(kafka_lab: dict, tmp_path: Path) -> Non
         admin.delete_topics([topic])[topic].result(30)
         for group in (early, late):
             with contextlib.suppress(KafkaException):  # a group the test did not get to commit does not exist
+                admin.delete_consumer_groups([group])[group].result(30)
+
+
+def test_records_stamped_1970_give_no_lag_of_decades(kafka_lab: dict, tmp_path: Path) -> None:
+    """A producer that sets CreateTime=1 (issue 30: 57 years of lag): the record time is not taken, the end offsets'
+    history answers once it reaches back to the group's offset."""
+    bootstrap = kafka_lab["bootstrap"]
+    tag = uuid.uuid4().hex[:8]
+    topic, early, late = f"lagsec-1970-{tag}", f"lagsec-early-{tag}", f"lagsec-late-{tag}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Kept forever: a segment whose newest record is from 1970 would otherwise be deleted on the next retention check.
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1,
+                                  config={"retention.ms": "-1"})])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    stop = threading.Event()
+
+    def produce_from_1970() -> None:
+        while not stop.wait(0.05):
+            producer.produce(topic, value=b"x" * 100, timestamp=1)
+            producer.poll(0)
+        producer.flush(10)
+
+    stack = Stack(tmp_path)
+    writer = threading.Thread(target=produce_from_1970, daemon=True)
+    started = time.time()
+    try:
+        for _ in range(100):
+            producer.produce(topic, value=b"x" * 100, timestamp=1)
+        assert producer.flush(30) == 0
+        # Behind before kdiag starts: only a record time could say how far, and it says 1970.
+        committer = Consumer({"bootstrap.servers": bootstrap, "group.id": early, "enable.auto.commit": False})
+        committer.commit(offsets=[TopicPartition(topic, 0, 50)], asynchronous=False)
+        committer.close()
+        writer.start()
+        address = stack.kdiag_live("--bootstrap-servers", bootstrap, "--config", str(kdiag_config(tmp_path, tag)))
+        wait_until(lambda: early in scrape(address, topic, "kdiag_kafka_consumergroup_lag")[0], 240,
+                   f"the lag of {early}", stack.logs)
+        commit_at_the_end(bootstrap, late, topic, partitions=1)
+        # The late group's value needs two fetches after its commit; by then the early group's record was read.
+        wait_until(lambda: late in lag_seconds(address, topic), 240, f"lag seconds of {late}", stack.logs)
+        served = lag_seconds(address, topic)
+        elapsed = time.time() - started
+        assert served[late] <= elapsed, served
+        assert served.get(early, 0.0) <= elapsed, served  # absent until kdiag's history reaches back to offset 50
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join(15)
+        stack.close()
+        admin.delete_topics([topic])[topic].result(30)
+        for group in (early, late):
+            with contextlib.suppress(KafkaException):
                 admin.delete_consumer_groups([group])[group].result(30)
