@@ -22,7 +22,7 @@ from waiting import wait_until
 from kdiag.runtime.discovery import discover
 from kdiag.collectors.kafka.jmx import KafkaJmxCollector
 from kdiag.config.settings import load_config
-from kdiag.app.wiring import jmx_collector
+from kdiag.app.wiring import kafka_collectors
 from kdiag.core.root import Root, SnapshotRoot
 
 NOBODY = 65534
@@ -90,7 +90,7 @@ def test_another_users_look_alike_broker_gets_nothing_run_and_no_secret(fake_bro
     with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
         config = discover(config, Root())
     assert str(evil) not in config.kafka.jmx_classpath
-    collector = jmx_collector(config)
+    collector = kafka_collectors(config, {"jmx"})["jmx"]
     try:
         with contextlib.suppress(RuntimeError):  # no jars at all (no lab on this host) is a refusal too
             collector.fetch()

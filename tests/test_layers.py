@@ -11,7 +11,7 @@ CORE = {"kdiag.core"}
 KAFKA = CORE | {"kdiag", "kdiag.kafka"}
 CONFIG = KAFKA | {"kdiag.config"}
 ANALYSIS = CONFIG | {"kdiag.analysis"}
-COLLECTORS = KAFKA | {"kdiag.collectors"}
+COLLECTORS = CONFIG | {"kdiag.collectors"}
 ALL_COLLECTORS = COLLECTORS | {"kdiag.collectors.host", "kdiag.collectors.kafka"}
 PROBE = CONFIG | {"kdiag.probe"}
 RUNTIME = ANALYSIS | ALL_COLLECTORS | PROBE | {"kdiag.runtime"}
@@ -27,7 +27,7 @@ ALLOWED = {
     "kdiag.kafka": CORE,
     "kdiag.config": KAFKA,
     "kdiag.analysis": CONFIG,
-    "kdiag.collectors": CORE,
+    "kdiag.collectors": CONFIG,
     "kdiag.collectors.host": COLLECTORS,
     "kdiag.collectors.kafka": COLLECTORS,
     "kdiag.probe": CONFIG,

@@ -8,84 +8,27 @@ from pathlib import Path
 
 from kdiag.analysis.catalog import Rule, default_rules_dir, load_catalog
 from kdiag.collectors import Collector
-from kdiag.collectors.host.block import BlockCollector
-from kdiag.collectors.host.blockerrors import BlockErrorsCollector
-from kdiag.collectors.host.brokerpids import BrokerPids
-from kdiag.collectors.host.cgroup_cpu import CgroupCpuCollector
-from kdiag.collectors.host.diskstats import DiskstatsCollector
-from kdiag.collectors.host.interrupts import InterruptsCollector
-from kdiag.collectors.host.jbd2 import Jbd2Collector
-from kdiag.collectors.host.loadavg import LoadavgCollector
-from kdiag.collectors.host.loadgen import LoadgenCollector
-from kdiag.collectors.host.meminfo import MeminfoCollector
-from kdiag.collectors.host.mounts import MountsCollector
-from kdiag.collectors.host.netclass import NetclassCollector
-from kdiag.collectors.host.netdev import NetdevCollector
-from kdiag.collectors.host.netstat import NetstatCollector
-from kdiag.collectors.host.processes import ProcessesCollector
-from kdiag.collectors.host.schedstat import SchedstatCollector
-from kdiag.collectors.host.softirqs import SoftirqsCollector
-from kdiag.collectors.host.softnet import SoftnetCollector
-from kdiag.collectors.host.stat import StatCollector
-from kdiag.collectors.host.statvfs import StatvfsCollector
-from kdiag.collectors.host.sysctl import SysctlCollector
-from kdiag.collectors.host.vmstat import VmstatCollector
-from kdiag.config.probe import PROBE_GROUP_PREFIX
+from kdiag.collectors.registry import build_collectors, discover, switches
 from kdiag.config.settings import Config, Duration
 from kdiag.recording.recording import Recording
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 
 
 def host_collectors(config: Config) -> list[Collector]:
-    """One collector per /proc or /sys source; the broker processes' own files through the processes collector's
-    table, which reads the brokers every cycle."""
-    processes = ProcessesCollector(config.processes.top_n, config.processes.log_dirs, cmdline=config.processes.cmdline,
-                                   broker_user=config.kafka.broker_user)
-    brokers = BrokerPids(table=processes.table)
-    return [
-        StatCollector(), InterruptsCollector(), SoftirqsCollector(), SoftnetCollector(), NetdevCollector(),
-        NetstatCollector(), NetclassCollector({n: c.speed_mbps for n, c in config.nics.items() if c.speed_mbps}),
-        DiskstatsCollector(), BlockCollector(), VmstatCollector(),
-        MeminfoCollector(), LoadavgCollector(), SysctlCollector(), MountsCollector(), StatvfsCollector(), processes,
-        LoadgenCollector(config.loadgen.stats_dir), BlockErrorsCollector(), Jbd2Collector(),
-        CgroupCpuCollector(brokers), SchedstatCollector(brokers),
-    ]
-
-
-def admin_collector(config: Config) -> Collector:
-    """The AdminClient collector; with no bootstrap servers it can only replay recordings."""
-    from kdiag.collectors.kafka.admin import KafkaAdminCollector
-
-    kafka = config.kafka
-    return KafkaAdminCollector(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series,
-                               kafka.client_settings, kafka.expected_brokers, partition_series=kafka.partition_series,
-                               group_series=kafka.group_series, configs_interval=kafka.configs_interval,
-                               quiet_groups_interval=kafka.quiet_groups_interval, local_broker=kafka.local_broker_id,
-                               own_groups=own_groups(config))
-
-
-def own_groups(config: Config) -> tuple[str, ...]:
-    """kdiag's own consumer groups: the election's and the probes' (every daemon's probe group, by its prefix)."""
-    return (config.kafka.coordination_group, config.probe.group_id or f"{PROBE_GROUP_PREFIX}*")
-
-
-def jmx_collector(config: Config) -> Collector:
-    """The broker JMX collector (imported only when used: it drives a JVM)."""
-    from kdiag.kafka.jmx_auth import JmxAuth
-    from kdiag.collectors.kafka.jmx import KafkaJmxCollector
-
-    return KafkaJmxCollector(config.kafka.jmx, config.kafka.timeout, config.kafka.jmx_interval,
-                             classpath=config.kafka.jmx_classpath or None, auth=JmxAuth.from_config(config.kafka))
-
-
-KAFKA_SOURCES = {"admin": admin_collector, "jmx": jmx_collector}
+    """The host collectors config turns on, one per /proc or /sys source."""
+    registered = discover()
+    return build_collectors(config, [n for n, on in switches(config).items() if on and not registered[n].kafka_source])
 
 
 def kafka_collectors(config: Config, sources: set[str] | None = None) -> dict[str, Collector]:
-    """Kafka collectors by source (as kafka.json names them), for the given sources or what the config turns on."""
-    if sources is None:
-        sources = ({"admin"} if config.kafka.bootstrap_servers else set()) | ({"jmx"} if config.kafka.jmx else set())
-    return {source: make(config) for source, make in KAFKA_SOURCES.items() if source in sources}
+    """Kafka collectors by source (as kafka.json names them): those config turns on, or of the given sources those
+    config does not switch off."""
+    on = switches(config)
+    kafka = {r.kafka_source: r.name for r in discover().values() if r.kafka_source}
+    names = {source: name for source, name in kafka.items()
+             if (on[name] if sources is None else source in sources and config.collectors.get(name, True))}
+    built = {c.name: c for c in build_collectors(config, names.values())}
+    return {source: built[name] for source, name in names.items()}
 
 
 def recorded_collectors(config: Config, every: float) -> list[Collector]:

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kdiag.core.finite import dumps
@@ -20,7 +21,7 @@ from kdiag.config.settings import Config, load_config
 from kdiag.core.errors import KdiagError
 from kdiag.core.outfile import write_output
 from kdiag.core.units import parse_duration
-from kdiag.core.quote import printable_lines
+from kdiag.core.quote import printable_lines, quote
 from kdiag.recording.recording import MAX_INTERVAL, MIN_INTERVAL, Recording, record
 
 
@@ -49,7 +50,27 @@ def _config(args: argparse.Namespace) -> Config:
         "kafka.bootstrap_servers": getattr(args, "bootstrap_servers", None),
         "kafka.jmx": getattr(args, "jmx", None),
     }
+    overrides |= {f"collectors.{name}": on for name, on in getattr(args, "collector_switches", None) or []}
     return load_config(args.config, overrides)
+
+
+def _collector_switch(on: bool) -> Callable[[str], tuple[str, bool]]:
+    """The argparse type of --collector (on) or --no-collector: a registered collector's name."""
+    def switch(name: str) -> tuple[str, bool]:
+        from kdiag.collectors.registry import discover
+
+        known = discover()
+        if name not in known:
+            raise argparse.ArgumentTypeError(f"unknown collector {quote(name, 40)} (expected one of {', '.join(sorted(known))})")
+        return name, on
+    return switch
+
+
+def _collectors(p: argparse.ArgumentParser) -> None:
+    for flag, on, text in (("--no-collector", False, "switch a collector off (repeatable; over `collectors:`)"),
+                           ("--collector", True, "switch a collector on (repeatable; over `collectors:`)")):
+        p.add_argument(flag, dest="collector_switches", action="append", type=_collector_switch(on), metavar="NAME",
+                       help=text)
 
 
 def _kafka(p: argparse.ArgumentParser) -> None:
@@ -232,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--web-config", help="exporter-toolkit web config file: TLS and basic auth for the endpoint")
     p.add_argument("--interval", type=_duration, help="collection interval (default 5s)")
     _kafka(p)
+    _collectors(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="serve a recording, looping, as if live")
     p.add_argument("--no-discover", action="store_true",
                    help="do not fill unset Kafka settings from the broker process on this host")
@@ -240,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", help="print what is wrong, live or from a recording")
     _common(p)
     _kafka(p)
+    _collectors(p)
     p.add_argument("--from", dest="from_", metavar="RECORDING", help="a recording directory or .tar.gz")
     p.add_argument("--format", choices=("text", "json", "html"), default="text")
     p.add_argument("-o", "--output", help="with --format html: the HTML file to write")
@@ -250,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("record", help="record /proc, /sys and Kafka snapshots for later diagnosis")
     _common(p)
     _kafka(p)
+    _collectors(p)
     p.add_argument("-o", "--output", required=True, help="new directory, or a file ending in .tar.gz")
     p.add_argument("--duration", type=_duration, default=120.0, help="how long to record (default 120s)")
     p.add_argument("--interval", type=_interval, default=5.0, help="time between snapshots (default 5s)")

@@ -209,6 +209,8 @@ class Config:
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
     nics: dict[str, NicConfig] = field(default_factory=dict)
+    # Collectors switched on or off by name (kdiag.collectors.registry); one left out: its default.
+    collectors: dict[str, bool] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Cross-field checks that types alone cannot express."""

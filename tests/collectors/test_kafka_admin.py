@@ -18,8 +18,7 @@ import pytest
 from golden import FIXTURES, assert_golden
 from waiting import wait_until
 
-from kdiag.app.wiring import own_groups
-from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups
 from kdiag.config.settings import Config
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.collectors.kafka.admin_samples import config_number, samples_from_admin_state

@@ -11,8 +11,7 @@ from golden import FIXTURES
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.analysis.engine import Engine
 from kdiag.analysis.subject_kinds import compute_signals
-from kdiag.app.wiring import own_groups
-from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups
 from kdiag.config.settings import Config
 from kdiag.core.history import History
 from kdiag.core.root import SnapshotRoot

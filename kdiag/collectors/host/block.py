@@ -10,6 +10,7 @@ from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 _ACTIVE = re.compile(r"\[([^\]]+)\]")
 
@@ -40,6 +41,7 @@ HELP = {
 }
 
 
+@registered()
 class BlockCollector(Collector):
     """Rotational flag and active scheduler of each real block device."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.blockdev import whole_disk
 from kdiag.core.procfs import is_virtual_block, malformed, read_source
@@ -29,6 +30,7 @@ def parse_count(text: str, source: str, base: int = 10) -> int:
         raise malformed(source, 1, text, "expected a count") from None
 
 
+@registered()
 class BlockErrorsCollector(Collector):
     """I/O error counts of every disk and md member that reports them."""
 

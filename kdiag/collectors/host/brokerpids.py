@@ -14,8 +14,10 @@ from collections.abc import Collection
 from typing import NamedTuple
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, parse_stat, read_source
-from kdiag.collectors.host.proctable import ProcessTable, trusted
+from kdiag.collectors.host.proctable import ProcessTable, process_table, trusted
+from kdiag.collectors.registry import Shared
 from kdiag.core.root import Root
+from kdiag.core.trust import trusted_uids
 
 
 class BrokerPid(NamedTuple):
@@ -78,3 +80,10 @@ def scan(root: Root, owners: Collection[int] | None = None) -> list[BrokerPid]:
             continue  # exited meanwhile, or not readable
         found.append(BrokerPid(int(entry), stat.comm, stat.start_ticks))
     return found
+
+
+def broker_pids(shared: Shared) -> BrokerPids:
+    """The broker lookup of a config's collectors: the processes collector's table while it runs (it reads the
+    brokers every cycle), else a scan of their own."""
+    table = shared.get(process_table) if "processes" in shared.enabled else None
+    return BrokerPids(owners=trusted_uids(shared.config.kafka.broker_user)[0], table=table)

@@ -11,8 +11,10 @@ from collections import Counter
 from typing import NamedTuple
 
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
-from kdiag.collectors.host.brokerpids import BrokerPids
+from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
 from kdiag.collectors.host.mounts import Mount, parse_mounts
 from kdiag.core.procfs import lines, malformed, parse_key_values, read_source
 from kdiag.core.root import Root
@@ -135,6 +137,7 @@ def read_throttling(root: Root, version: str, directory: str) -> Throttling | No
     return throttling(parse_key_values(text, source), quota, source)
 
 
+@registered(after=("processes",))
 class CgroupCpuCollector(Collector):
     """Quota and throttling of every cgroup with a CPU quota that holds a broker process."""
 
@@ -143,6 +146,11 @@ class CgroupCpuCollector(Collector):
 
     def __init__(self, brokers: BrokerPids | None = None):
         self.brokers = brokers or BrokerPids()
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> CgroupCpuCollector:
+        """Over the broker lookup the config's collectors share."""
+        return cls(shared.get(broker_pids))
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per broker pid and limiting cgroup; a broker whose cgroup cannot be read is left out and counted."""

@@ -6,6 +6,7 @@ from kdiag.core.procfs import is_virtual_block, lines, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/diskstats"
 SECTOR_BYTES = 512
@@ -63,6 +64,7 @@ def disk_samples(device: str, counters: tuple[int, ...]) -> list[Sample]:
 HELP = {f"kdiag_disk_{suffix}": text for _, suffix, _, _, text in _FIELDS}
 
 
+@registered()
 class DiskstatsCollector(Collector):
     """Whole, real block devices' I/O counters."""
 

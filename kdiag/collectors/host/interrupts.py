@@ -10,6 +10,7 @@ from kdiag.collectors.host._util import cpu_table, interfaces
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/interrupts"
 # What the kernel prints before the action names: chip (" %8s"), hwirq when the IRQ has a domain,
@@ -73,6 +74,7 @@ HELP = {"kdiag_interrupts_total": "Interrupts per IRQ and CPU since boot (CPUs t
                                   "interface is the NIC the IRQ serves, or ''."}
 
 
+@registered()
 class InterruptsCollector(Collector):
     """Interrupts per numeric IRQ and CPU; pairs still at zero are left out (a 128-CPU host would have ~40k series)."""
 

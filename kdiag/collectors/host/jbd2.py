@@ -11,6 +11,7 @@ from collections import Counter
 from typing import NamedTuple
 
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
@@ -71,6 +72,7 @@ def journal_device(name: str) -> str:
     return device if sep and inode.isdigit() and device else name
 
 
+@registered()
 class Jbd2Collector(Collector):
     """Commits and commit time of every mounted ext4 (jbd2) journal; none without ext4 or jbd2."""
 

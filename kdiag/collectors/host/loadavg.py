@@ -6,6 +6,7 @@ from kdiag.core.procfs import malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/loadavg"
 
@@ -22,6 +23,7 @@ def parse_loadavg(text: str, source: str = SOURCE) -> tuple[float, float, float]
 HELP = {f"kdiag_load{m}": f"{m}m load average." for m in (1, 5, 15)}
 
 
+@registered()
 class LoadavgCollector(Collector):
     """1, 5 and 15 minute load averages."""
 

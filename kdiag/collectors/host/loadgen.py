@@ -17,6 +17,8 @@ from kdiag.core.root import Root
 from kdiag.core.safeio import read_regular
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
 
 VERSION = 1
 SOURCE = "loadgen"
@@ -103,6 +105,7 @@ def samples_from_loadgen_state(state: dict[str, Any]) -> list[Sample]:
     return out
 
 
+@registered()
 class LoadgenCollector(Collector):
     """Live stats of the `kdiag bench` processes on this host, and their CPU seconds."""
 
@@ -111,6 +114,11 @@ class LoadgenCollector(Collector):
 
     def __init__(self, stats_dir: str | Path):
         self.stats_dir = stats_dir
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> LoadgenCollector:
+        """Reading loadgen.stats_dir."""
+        return cls(config.loadgen.stats_dir)
 
     def collect(self, root: Root) -> list[Sample]:
         try:

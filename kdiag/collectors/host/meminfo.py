@@ -8,6 +8,7 @@ from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/meminfo"
 
@@ -30,6 +31,7 @@ def parse_meminfo(text: str, source: str = SOURCE) -> dict[str, int]:
     return values
 
 
+@registered()
 class MeminfoCollector(Collector):
     """Every /proc/meminfo field; HELP is filled in as fields are seen, since kernels differ."""
 

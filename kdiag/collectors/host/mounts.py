@@ -9,6 +9,7 @@ from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/mounts"
 
@@ -58,6 +59,7 @@ def device_for_path(mounts: list[Mount], path: str) -> tuple[str, str]:
     return best
 
 
+@registered()
 class MountsCollector(Collector):
     """Block-device-backed filesystems; pseudo filesystems are left out to cap cardinality."""
 

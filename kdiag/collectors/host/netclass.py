@@ -14,6 +14,8 @@ from kdiag.collectors.host._util import SKIPPED_HELP, interfaces, ints, reason, 
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
 
 # ethtool's SPEED_UNKNOWN, printed as -1 or, by older kernels, as the unsigned 4294967295.
 _UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
@@ -45,6 +47,7 @@ HELP = {
 }
 
 
+@registered()
 class NetclassCollector(Collector):
     """Link speed, up state, MTU and rx/tx queue counts per interface but lo."""
 
@@ -54,6 +57,11 @@ class NetclassCollector(Collector):
     def __init__(self, speeds_mbps: dict[str, int] | None = None):
         # nics.<name>.speed_mbps: what a NIC that reports no speed (virtio says -1) runs at.
         self.speeds_mbps = speeds_mbps or {}
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> NetclassCollector:
+        """With the speeds `nics:` gives."""
+        return cls({n: c.speed_mbps for n, c in config.nics.items() if c.speed_mbps})
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples per interface; one whose files cannot be read (gone meanwhile, refused) is left out and counted."""

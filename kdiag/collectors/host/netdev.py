@@ -7,6 +7,7 @@ from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/net/dev"
 # Exported fields: the column names of the header, prefixed with their direction.
@@ -44,6 +45,7 @@ def parse_netdev(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
 HELP = {f"kdiag_network_{field}_total": text for field, text in FIELDS.items()}
 
 
+@registered()
 class NetdevCollector(Collector):
     """Bytes, packets, errors and drops per interface and direction, lo included."""
 

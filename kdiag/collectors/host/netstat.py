@@ -7,6 +7,7 @@ from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCES = ("net/snmp", "net/netstat")
 # (protocol, field, kind, HELP); counters are exported with a _total suffix.
@@ -55,6 +56,7 @@ def parse_netstat(text: str, source: str = "/proc/net/netstat") -> dict[str, dic
 HELP = {metric_name(proto, field, kind): text for proto, field, kind, text in FIELDS}
 
 
+@registered()
 class NetstatCollector(Collector):
     """TCP segments, retransmissions, listen drops and UDP buffer errors; fields a kernel lacks are left out."""
 

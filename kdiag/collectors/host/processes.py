@@ -17,7 +17,9 @@ from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.core.trust import trusted_uids
 from kdiag.collectors import Collector
-from kdiag.collectors.host.proctable import Process, ProcessTable, Reading
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
+from kdiag.collectors.host.proctable import Process, ProcessTable, Reading, process_table
 
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
@@ -107,6 +109,7 @@ def top_cpu(readings: list[Reading], top_n: int) -> list[Process]:
     return [p for _, p in ranked[:top_n]]
 
 
+@registered()
 class ProcessesCollector(Collector):
     """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir.
 
@@ -128,6 +131,12 @@ class ProcessesCollector(Collector):
         self._discovered: list[str] = []
         self._discovered_at = -math.inf
         self._brokers: set[tuple[int, int]] = set()
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> ProcessesCollector:
+        """With `processes:`, over the table the collectors reading the brokers' files share."""
+        p = config.processes
+        return cls(p.top_n, p.log_dirs, cmdline=p.cmdline, table=shared.get(process_table))
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples for brokers and top readers, and kdiag_kafka_log_dir_info for each log dir."""

@@ -31,6 +31,8 @@ from kdiag.core.procfs import (
     read_source,
 )
 from kdiag.core.root import Root
+from kdiag.core.trust import trusted_uids
+from kdiag.collectors.registry import Shared
 
 log = logging.getLogger(__name__)
 
@@ -239,3 +241,8 @@ class ProcessTable:
                       "processes read", cores, reads, len(procs))
             return True
         return False
+
+
+def process_table(shared: Shared) -> ProcessTable:
+    """The one table of a config's collectors: only root's and kafka.broker_user's kafka.Kafka processes are brokers."""
+    return ProcessTable(owners=trusted_uids(shared.config.kafka.broker_user)[0])

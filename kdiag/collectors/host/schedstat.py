@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
-from kdiag.collectors.host.brokerpids import BrokerPids
+from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
 from kdiag.core.procfs import malformed, parse_stat, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
@@ -28,6 +30,7 @@ def parse_schedstat(text: str, source: str = "/proc/<pid>/schedstat") -> tuple[i
     return int(fields[0]), int(fields[1])
 
 
+@registered(after=("processes",))
 class SchedstatCollector(Collector):
     """Run-queue wait and thread states of each broker process, summed over its threads."""
 
@@ -39,6 +42,11 @@ class SchedstatCollector(Collector):
         # Threads come and go: the total is kept here from each thread's growth, so an ended thread never looks like a
         # counter reset. (pid, start) -> (total ns, {tid: its last wait ns}).
         self._waits: dict[tuple[int, int], tuple[int, dict[str, int]]] = {}
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> SchedstatCollector:
+        """Over the broker lookup the config's collectors share."""
+        return cls(shared.get(broker_pids))
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per broker pid; a broker whose threads cannot be listed is left out and counted."""

@@ -7,6 +7,7 @@ from kdiag.collectors.host._util import cpu_table
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/softirqs"
 
@@ -25,6 +26,7 @@ def parse_softirqs(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]
 HELP = {"kdiag_softirqs_total": "Softirqs run per CPU and type since boot."}
 
 
+@registered()
 class SoftirqsCollector(Collector):
     """Softirqs run per CPU and type."""
 

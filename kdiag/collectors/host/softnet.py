@@ -7,6 +7,7 @@ from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER32, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/net/softnet_stat"
 # Column -> (metric suffix, HELP).
@@ -34,6 +35,7 @@ def parse_softnet(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
 HELP = {f"kdiag_softnet_{name}_total": text for name, text in COLUMNS.values()}
 
 
+@registered()
 class SoftnetCollector(Collector):
     """Backlog packets processed, dropped and squeezed per CPU."""
 

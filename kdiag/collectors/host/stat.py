@@ -10,6 +10,7 @@ from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/stat"
 # Columns of a cpuN line in order; guest and guest_nice are already counted in user and nice.
@@ -53,6 +54,7 @@ def parse_stat(text: str, ticks_per_second: float = 100, source: str = SOURCE) -
     return Stat(cpus, counts)
 
 
+@registered()
 class StatCollector(Collector):
     """CPU seconds per mode, context switches, forks and runnable/blocked threads."""
 

@@ -10,6 +10,7 @@ from kdiag.collectors.host.mounts import parse_mounts
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "statvfs"  # not a file: recordings keep it with the other non-file states in kafka.json
 
@@ -44,6 +45,7 @@ def samples_from_statvfs(state: Any, mounts: dict[str, tuple[str, str]]) -> list
     return out
 
 
+@registered()
 class StatvfsCollector(Collector):
     """Space of every /dev-backed filesystem; a recording without it gives none, never a failure."""
 

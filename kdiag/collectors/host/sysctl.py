@@ -7,6 +7,7 @@ from kdiag.collectors.host._util import ints
 from kdiag.core.root import Root
 from kdiag.core.sample import GAUGE, Sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 # Path under /proc/sys -> label names of its values (None: a single value).
 SYSCTLS: dict[str, tuple[str, ...] | None] = {
@@ -51,6 +52,7 @@ HELP = {
 }
 
 
+@registered()
 class SysctlCollector(Collector):
     """Selected sysctls; one the kernel lacks is left out, and only none at all is a failure."""
 

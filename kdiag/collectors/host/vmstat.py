@@ -6,6 +6,7 @@ from kdiag.core.procfs import parse_key_values, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import registered
 
 SOURCE = "/proc/vmstat"
 
@@ -32,6 +33,7 @@ def parse_vmstat(text: str, source: str = SOURCE) -> dict[str, int]:
 HELP = {f"kdiag_vmstat_{field}_total": text for field, text in FIELDS.items()}
 
 
+@registered()
 class VmstatCollector(Collector):
     """Selected /proc/vmstat counters; ones this kernel lacks are left out."""
 

@@ -14,11 +14,20 @@ from kdiag.core.worker_process import WorkerError, WorkerProcess
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.kafka.client import ClientSettings
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.probe import PROBE_GROUP_PREFIX
+from kdiag.config.settings import Config
 
 SOURCE = "admin"
 ADMIN_HELP = {**HELP, **LAG_HELP}
 
 
+def own_groups(config: Config) -> tuple[str, ...]:
+    """kdiag's own consumer groups: the election's and the probes' (every daemon's probe group, by its prefix)."""
+    return (config.kafka.coordination_group, config.probe.group_id or f"{PROBE_GROUP_PREFIX}*")
+
+
+@registered(default=lambda config: bool(config.kafka.bootstrap_servers), kafka_source=SOURCE)
 class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
@@ -52,6 +61,15 @@ class KafkaAdminCollector(Collector):
         # kdiag's own groups (the election's, the probes'; a name ending in "*" is a prefix): no consumer-group rule
         # judges them (the election's standbys hold no partition by design).
         self.own_groups = own_groups
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> KafkaAdminCollector:
+        """With `kafka:`; with no bootstrap servers it can only replay recordings."""
+        kafka = config.kafka
+        return cls(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series, kafka.client_settings,
+                   kafka.expected_brokers, partition_series=kafka.partition_series, group_series=kafka.group_series,
+                   configs_interval=kafka.configs_interval, quiet_groups_interval=kafka.quiet_groups_interval,
+                   local_broker=kafka.local_broker_id, own_groups=own_groups(config))
 
     def fetch(self) -> dict[str, Any]:
         """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""

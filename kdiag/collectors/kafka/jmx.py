@@ -26,6 +26,8 @@ from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, SampleKind, sample
 from kdiag.core.trust import trusted_program
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +255,7 @@ def default_classpath() -> str:
     return classpath() if glob.glob(classpath()) else ""
 
 
+@registered(default=lambda config: bool(config.kafka.jmx), kafka_source="jmx")
 class KafkaJmxCollector(Collector):
     """Broker metrics from JMX, one resident JmxTool per endpoint; failing endpoints only report jmx_up 0."""
 
@@ -280,6 +283,13 @@ class KafkaJmxCollector(Collector):
         self._handed: dict[str, tuple[float, dict[str, float]] | None] = {}  # per endpoint, the row fetch last saw
         self._carried: dict[str, tuple[float, dict[str, float]] | None] = {}  # a replaced old JmxTool's last row
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> KafkaJmxCollector:
+        """Reading the brokers at kafka.jmx."""
+        kafka = config.kafka
+        return cls(kafka.jmx, kafka.timeout, kafka.jmx_interval, classpath=kafka.jmx_classpath or None,
+                   auth=JmxAuth.from_config(kafka))
 
     @property
     def max_age(self) -> float:
