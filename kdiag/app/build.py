@@ -13,6 +13,7 @@ from kdiag.app.background import Background
 from kdiag.collectors import Collector
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.app.wiring import host_collectors, kafka_collectors, kafka_deadline, load_rules, replay_collectors
+from kdiag.collectors.registry import discover
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.kafka.coordination_process import CoordinatorProcess
@@ -91,10 +92,13 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
                           authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
     interval = recording.interval if recording else config.interval
-    published = Published(stale_after(config, interval), kafka.max_series, interval, page_policy=POLICY)
+    running = {c.name for c in [*collectors.collectors, *live.values()]}
+    enabled = {name: name in running for name in sorted(discover())}
+    published = Published(stale_after(config, interval), kafka.max_series, interval, page_policy=POLICY,
+                          collectors_enabled=enabled)
+    page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on])
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
-                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher,
-                    LivePage(config.history, kafka_version(kafka.jmx_classpath)), handover)
+                    Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, page, handover)
 
 
 def stale_after(config: Config, interval: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kdiag.core.sample import Sample
 from kdiag.kafka.jars import KAFKA_JAR
 from kdiag.report.plots import clock, formatted, shown
@@ -87,18 +89,18 @@ def _broker(state: State, classpath_version: str) -> str:
     return f"<p>{'; '.join(facts)}</p>"
 
 
-def _health(state: State) -> list[list[str]]:
+def _health(state: State, off: Sequence[str]) -> list[list[str]]:
     rows = []
     for name, h in sorted(state.health.items()):
         last = clock(h.last_success) if h.last_success else "never"
         status = '<span class="ok">ok</span>' if h.success else '<span class="bad">failing</span>'
         rows.append([shown(name), status, f"{h.duration * 1000:.3g} ms", last, shown(h.error)])
-    return rows
+    return rows + [[shown(name), "off", "", "", ""] for name in sorted(off)]
 
 
-def host_section(state: State, kafka_version: str = "") -> str:
-    """The host, its broker (the Kafka version from its command line, else `kafka_version`) and its collectors as
-    HTML (every outside string escaped)."""
+def host_section(state: State, kafka_version: str = "", off: Sequence[str] = ()) -> str:
+    """The host, its broker (the Kafka version from its command line, else `kafka_version`) and its collectors (those
+    `off` listed as off) as HTML (every outside string escaped)."""
     samples = state.samples
     cpus = {dict(s.labels).get("cpu") for s in _by(samples, "kdiag_cpu_seconds_total")} - {None, "", "all"}
     total = _one(samples, "kdiag_memory_MemTotal_bytes")
@@ -115,5 +117,5 @@ def host_section(state: State, kafka_version: str = "") -> str:
             + _table(["log dir", "device", "media", "mount", "filesystem"], _disks(samples), "disks")
             + "<h3>Local broker</h3>" + _broker(state, kafka_version)
             + "<h3>Collectors</h3>"
-            + _table(["collector", "status", "last run", "last success", "last error"], _health(state), "health")
+            + _table(["collector", "status", "last run", "last success", "last error"], _health(state, off), "health")
             + "</section>")

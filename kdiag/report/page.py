@@ -12,6 +12,7 @@ import hashlib
 import logging
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kdiag.core.finite import dumps
@@ -237,27 +238,28 @@ def document(title: str, main: str, interval: float = 0.0) -> str:
             f'{status}</header><main id="main" data-interval="{interval:g}">{main}</main>{script}</body></html>\n')
 
 
-def live_main(state: State, history: EvidenceHistory, kafka_version: str = "") -> str:
-    """The part of the live page the script swaps in: the diagnoses, then the host."""
+def live_main(state: State, history: EvidenceHistory, kafka_version: str = "", off: Sequence[str] = ()) -> str:
+    """The part of the live page the script swaps in: the diagnoses, then the host (with the collectors `off`)."""
     cluster = f", cluster {shown(state.cluster)}" if state.cluster else ""
     head = (f'<p class="facts">{shown(state.host)}{cluster}: snapshot at {clock(state.time)}; plots cover '
             f"{clock(history.start)} to {clock(history.end)}</p>{legend(False)}")
-    return head + diagnoses_html(history, state) + host_section(state, kafka_version)
+    return head + diagnoses_html(history, state) + host_section(state, kafka_version, off)
 
 
 class LivePage:
     """The daemon's page: each cycle recorded into the history window and rendered once."""
 
-    def __init__(self, window: float, kafka_version: str = ""):
+    def __init__(self, window: float, kafka_version: str = "", off: Sequence[str] = ()):
         self.history = EvidenceHistory(window)
         self.kafka_version = kafka_version  # from the broker's class path, when its command line does not name it
+        self.off = off  # the registered collectors that do not run
         self._failing = False
 
     def update(self, state: State, interval: float) -> tuple[bytes, bytes] | None:
         """The page at `/` and its JSON at `/api/page` for this cycle; None (logged once) when it cannot be drawn."""
         try:
             self.history.record(state)
-            main = live_main(state, self.history, self.kafka_version)
+            main = live_main(state, self.history, self.kafka_version, self.off)
         except Exception as e:  # the page never holds back the cycle: the last one drawn stays
             if not self._failing:
                 log.warning("the page at / could not be drawn, the last one stays: %s: %s", type(e).__name__, e)

@@ -186,10 +186,12 @@ def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[s
 class StateCollector:
     """A prometheus_client collector over one published State's health and diagnoses (samples: FamilyCache)."""
 
-    def __init__(self, state: State, dropped_total: float = 0.0, interval: float = 0.0):
+    def __init__(self, state: State, dropped_total: float = 0.0, interval: float = 0.0,
+                 collectors_enabled: dict[str, bool] | None = None):
         self.state = state
         self.dropped_total = dropped_total
         self.interval = interval  # seconds between cycles; 0 when unknown
+        self.collectors_enabled = collectors_enabled or {}  # every registered collector: whether it runs
 
     def collect(self):
         """Collector health, the series the cap dropped, and diagnoses, as metric families."""
@@ -222,7 +224,11 @@ class StateCollector:
         cycle = ExportedMetric("kdiag_last_cycle_timestamp_seconds",
                                "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
         cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
-        families = [success, duration, last, error, cycle]
+        enabled = ExportedMetric("kdiag_collector_enabled", "1 when the collector runs, 0 when switched off "
+                                 "(`collectors:`, --no-collector) or not configured (Kafka without its settings)", "gauge")
+        for name, on in sorted(self.collectors_enabled.items()):
+            enabled.add_sample("kdiag_collector_enabled", {"collector": name}, float(on))
+        families = [success, duration, last, error, cycle, enabled]
         if self.interval:
             # The liveness alert's yardstick (kdiag-alerts.yml, KdiagStale): a snapshot older than three is stale.
             every = ExportedMetric("kdiag_cycle_interval_seconds", "seconds between kdiag's cycles (`interval`)", "gauge")
@@ -262,11 +268,12 @@ def failing_lines(state: State) -> bytes:
 
 
 def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
-                   dropped_total: float = 0.0, interval: float = 0.0) -> bytes:
+                   dropped_total: float = 0.0, interval: float = 0.0,
+                   collectors_enabled: dict[str, bool] | None = None) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
     cache = cache or FamilyCache()
     samples = cache.render(state.sources or [state.samples], help_text, state.cluster)
-    own = cache.render_families(StateCollector(state, dropped_total, interval).collect())
+    own = cache.render_families(StateCollector(state, dropped_total, interval, collectors_enabled).collect())
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -277,7 +284,8 @@ class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
     def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000, interval: float = 0.0,
-                 page_policy: str = "default-src 'none'"):
+                 page_policy: str = "default-src 'none'", collectors_enabled: dict[str, bool] | None = None):
+        self.collectors_enabled = collectors_enabled or {}  # exported as kdiag_collector_enabled
         self.page_policy = page_policy  # the page's Content-Security-Policy, sent as a header with frame-ancestors
         self.metrics = b"# kdiag: first collection still running\n"
         self.metrics_gzip = gzip.compress(self.metrics)
@@ -306,7 +314,8 @@ class Published:
                             "dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
             self.dropped_total += dropped
             state = dataclasses.replace(state, samples=samples, sources=[samples])
-        metrics = render_metrics(state, help_text, self._families, self.dropped_total, self.interval)
+        metrics = render_metrics(state, help_text, self._families, self.dropped_total, self.interval,
+                                 self.collectors_enabled)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = dumps(state.to_json(), "api").encode()
         self.failing = failing_lines(state)
