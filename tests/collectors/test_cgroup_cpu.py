@@ -4,7 +4,7 @@ import pytest
 from golden import FIXTURES, fixture_root
 
 from kdiag.collectors.host.brokerpids import BrokerPids
-from kdiag.collectors.host.cgroup_cpu import (CgroupCpuCollector, ancestors, cpu_cgroup, cpu_hierarchies, parse_cfs_quota,
+from kdiag.collectors.host.cgroup_cpu import (CgroupCpuCollector, ancestors, controller_cgroup, hierarchies, parse_cfs_quota,
                                               parse_cpu_max, parse_proc_cgroup)
 from kdiag.collectors.host.mounts import parse_mounts
 from kdiag.core.root import Root
@@ -47,11 +47,11 @@ def test_parsers():
 
 def test_v1_wins_where_cpu_is_bound_to_it():
     mounts = parse_mounts((FIXTURES / "slow-broker-v1/proc/mounts").read_text())
-    hierarchies = cpu_hierarchies(mounts)
-    assert hierarchies == {"v1": "fs/cgroup/cpu", "v2": "fs/cgroup/unified"}
+    cpu = hierarchies(mounts, "cpu")
+    assert cpu == {"v1": "fs/cgroup/cpu", "v2": "fs/cgroup/unified"}
     entries = parse_proc_cgroup("1:cpu:/docker/0d1f\n0::/\n")
-    assert cpu_cgroup(entries, hierarchies) == ("v1", "fs/cgroup/cpu", "/docker/0d1f")
-    assert cpu_cgroup(entries, {"v2": "fs/cgroup"}) == ("v2", "fs/cgroup", "/")
+    assert controller_cgroup(entries, cpu, "cpu") == ("v1", "fs/cgroup/cpu", "/docker/0d1f")
+    assert controller_cgroup(entries, {"v2": "fs/cgroup"}, "cpu") == ("v2", "fs/cgroup", "/")
 
 
 def test_an_unreadable_broker_cgroup_degrades_only_that_broker(tmp_path):

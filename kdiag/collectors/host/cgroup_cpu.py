@@ -89,24 +89,25 @@ def throttling(cpu_stat: dict[str, int], quota_cores: float, source: str = "cpu.
         raise ValueError(f"{source}: no {e.args[0]} line") from None
 
 
-def cpu_hierarchies(mounts: list[Mount]) -> dict[str, str]:
-    """{"v1" or "v2": directory under /sys} of the cgroup hierarchies that can hold a CPU quota."""
+def hierarchies(mounts: list[Mount], controller: str) -> dict[str, str]:
+    """{"v1" or "v2": directory under /sys} of the cgroup hierarchies that can hold the controller's limits."""
     found = {}
     for m in mounts:
         if not m.mountpoint.startswith("/sys/"):
             continue
         if m.fstype == "cgroup2":
             found["v2"] = m.mountpoint.removeprefix("/sys/")
-        elif m.fstype == "cgroup" and "cpu" in m.options:
+        elif m.fstype == "cgroup" and controller in m.options:
             found["v1"] = m.mountpoint.removeprefix("/sys/")
     return found
 
 
-def cpu_cgroup(entries: list[CgroupEntry], hierarchies: dict[str, str]) -> tuple[str, str, str] | None:
-    """(version, hierarchy directory, cgroup path) where the CPU controller holds the process; v1 first (hybrid hosts
-    bind cpu to v1, leaving the v2 tree without it)."""
+def controller_cgroup(entries: list[CgroupEntry], hierarchies: dict[str, str],
+                      controller: str) -> tuple[str, str, str] | None:
+    """(version, hierarchy directory, cgroup path) where the controller holds the process; v1 first (hybrid hosts
+    bind cpu and memory to v1, leaving the v2 tree without them)."""
     for e in entries:
-        if "cpu" in e.controllers and "v1" in hierarchies:
+        if controller in e.controllers and "v1" in hierarchies:
             return "v1", hierarchies["v1"], e.path
     for e in entries:
         if e.hierarchy == 0 and not e.controllers and "v2" in hierarchies:
@@ -154,12 +155,13 @@ class CgroupCpuCollector(Collector):
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per broker pid and limiting cgroup; a broker whose cgroup cannot be read is left out and counted."""
-        hierarchies = cpu_hierarchies(parse_mounts(*read_source(root, "proc", "mounts")))
+        cpu_hierarchies = hierarchies(parse_mounts(*read_source(root, "proc", "mounts")), "cpu")
         samples: list[Sample] = []
         skipped: Counter[str] = Counter()
         for broker in self.brokers.brokers(root):
             try:
-                where = cpu_cgroup(parse_proc_cgroup(*read_source(root, "proc", f"{broker.pid}/cgroup")), hierarchies)
+                where = controller_cgroup(parse_proc_cgroup(*read_source(root, "proc", f"{broker.pid}/cgroup")), cpu_hierarchies,
+                                          "cpu")
                 if where is None:
                     continue
                 version, base, path = where
