@@ -8,19 +8,21 @@ every cgroup from the broker's up to the hierarchy's root that has a quota gives
 from __future__ import annotations
 
 from collections import Counter
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
-from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
+from kdiag.collectors.host.brokerpids import BrokerPid, BrokerPids, broker_pids
 from kdiag.collectors.host.mounts import Mount, parse_mounts
 from kdiag.core.procfs import lines, malformed, parse_key_values, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 
 MAX_DEPTH = 16
+T = TypeVar("T")
 HELP = {
     "kdiag_process_cgroup_cpu_quota_cores": "CPU quota of a cgroup holding the process, in cores (quota / period).",
     "kdiag_process_cgroup_cpu_periods_total": "Enforcement periods of that cgroup's CPU quota with runnable tasks.",
@@ -155,25 +157,36 @@ class CgroupCpuCollector(Collector):
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per broker pid and limiting cgroup; a broker whose cgroup cannot be read is left out and counted."""
-        cpu_hierarchies = hierarchies(parse_mounts(*read_source(root, "proc", "mounts")), "cpu")
-        samples: list[Sample] = []
-        skipped: Counter[str] = Counter()
-        for broker in self.brokers.brokers(root):
-            try:
-                where = controller_cgroup(parse_proc_cgroup(*read_source(root, "proc", f"{broker.pid}/cgroup")), cpu_hierarchies,
-                                          "cpu")
-                if where is None:
-                    continue
-                version, base, path = where
-                for cgroup in ancestors(path):
-                    limit = read_throttling(root, version, f"{base}{cgroup}".rstrip("/"))
-                    if limit is not None:
-                        samples += throttling_samples(limit, pid=broker.pid, comm=broker.comm, cgroup=cgroup)
-            except OSError as e:
-                skipped[reason(e)] += 1
-            except ValueError:
-                skipped["malformed"] += 1
+        found, skipped = limiting_cgroups(root, self.brokers.brokers(root), "cpu", read_throttling)
+        samples = [s for broker, cgroup, limit in found
+                   for s in throttling_samples(limit, pid=broker.pid, comm=broker.comm, cgroup=cgroup)]
         return samples + skipped_samples(self.name, skipped)
+
+
+def limiting_cgroups(root: Root, brokers: list[BrokerPid], controller: str, read: Callable[[Root, str, str], T | None],
+                     ) -> tuple[list[tuple[BrokerPid, str, T]], Counter[str]]:
+    """(broker, cgroup, what read(root, version, directory) found) for each cgroup from each broker's own up to the root
+    where the controller sets a limit (read gives None where it sets none); a broker whose cgroups cannot be read is
+    left out and counted by reason."""
+    controller_hierarchies = hierarchies(parse_mounts(*read_source(root, "proc", "mounts")), controller)
+    found: list[tuple[BrokerPid, str, T]] = []
+    skipped: Counter[str] = Counter()
+    for broker in brokers:
+        try:
+            entries = parse_proc_cgroup(*read_source(root, "proc", f"{broker.pid}/cgroup"))
+            where = controller_cgroup(entries, controller_hierarchies, controller)
+            if where is None:
+                continue
+            version, base, path = where
+            for cgroup in ancestors(path):
+                limit = read(root, version, f"{base}{cgroup}".rstrip("/"))
+                if limit is not None:
+                    found.append((broker, cgroup, limit))
+        except OSError as e:
+            skipped[reason(e)] += 1
+        except ValueError:
+            skipped["malformed"] += 1
+    return found, skipped
 
 
 def throttling_samples(t: Throttling, **labels: object) -> list[Sample]:
