@@ -1,0 +1,138 @@
+"""Memory limit and use of the broker's cgroups: cgroup v2 memory.max, memory.current, memory.events and memory.stat,
+v1 memory.limit_in_bytes, memory.usage_in_bytes, memory.failcnt, memory.oom_control and memory.stat.
+
+As with a CPU quota (cgroup_cpu), a limit is enforced where it is set, on the broker's own cgroup or any above it (a
+Kubernetes pod and its container, a systemd service with MemoryMax=, a Docker container): every cgroup from the
+broker's up to the hierarchy's root that sets a memory limit gives its series.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kdiag.collectors import Collector
+from kdiag.collectors.host._util import SKIPPED_HELP, skipped_samples
+from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
+from kdiag.collectors.host.cgroup_cpu import limiting_cgroups
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
+from kdiag.core.procfs import malformed, parse_key_values, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+
+# v1 says "no limit" with the largest page-aligned long, 2**63 less one page (4 KiB to 64 KiB).
+V1_UNLIMITED = 2**63 - 2**16
+HELP = {
+    "kdiag_process_cgroup_memory_limit_bytes": "Memory limit of a cgroup holding the process (v2 memory.max, v1 "
+                                               "memory.limit_in_bytes).",
+    "kdiag_process_cgroup_memory_usage_bytes": "Memory that cgroup uses now, page cache included (memory.current, "
+                                               "v1 memory.usage_in_bytes).",
+    "kdiag_process_cgroup_memory_limit_hits_total": "Times that cgroup's use reached its limit and it reclaimed "
+                                                    "(memory.events max, v1 memory.failcnt).",
+    "kdiag_process_cgroup_memory_oom_kills_total": "Processes the OOM killer killed in that cgroup (memory.events or "
+                                                   "v1 memory.oom_control oom_kill).",
+    "kdiag_process_cgroup_memory_bytes": "That cgroup's memory by type: anon (heap, stacks) or file (page cache).",
+    **SKIPPED_HELP,
+}
+
+
+class MemoryUse(NamedTuple):
+    """A limiting cgroup's limit, use and counts, the same under v1 and v2; oom_kills None where v1 has none (< 4.13)."""
+
+    limit_bytes: int
+    usage_bytes: int
+    limit_hits: int
+    oom_kills: int | None
+    anon_bytes: int
+    file_bytes: int
+
+
+def parse_bytes(text: str, source: str) -> int:
+    """A file holding one byte count or counter (memory.current, memory.usage_in_bytes, memory.failcnt)."""
+    value = text.strip()
+    if not value.isdigit():
+        raise malformed(source, 1, text, "expected a number")
+    return int(value)
+
+
+def parse_limit(text: str, source: str, version: str) -> int | None:
+    """The limit in bytes of v2 memory.max or v1 memory.limit_in_bytes; None for no limit (`max`, v1's largest)."""
+    if version == "v2" and text.strip() == "max":
+        return None
+    limit = parse_bytes(text, source)
+    return None if version == "v1" and limit >= V1_UNLIMITED else limit
+
+
+def field(values: dict[str, int], key: str, source: str) -> int:
+    """values[key]; a ValueError naming the file without that line."""
+    try:
+        return values[key]
+    except KeyError:
+        raise ValueError(f"{source}: no {key} line") from None
+
+
+def read_memory(root: Root, version: str, directory: str) -> MemoryUse | None:
+    """One cgroup's limit and use; None when it sets no limit (or, the v2 root, has no memory.max)."""
+    def read(name: str) -> tuple[str, str]:
+        return read_source(root, "sys", f"{directory}/{name}")
+
+    oom_kills: int | None
+    if version == "v2":
+        if not root.exists("sys", f"{directory}/memory.max"):
+            return None
+        limit = parse_limit(*read("memory.max"), "v2")
+        if limit is None:
+            return None
+        text, source = read("memory.events")
+        events = parse_key_values(text, source)
+        hits, oom_kills = field(events, "max", source), field(events, "oom_kill", source)
+        usage = parse_bytes(*read("memory.current"))
+        anon, file = "anon", "file"
+    else:
+        limit = parse_limit(*read("memory.limit_in_bytes"), "v1")
+        if limit is None:
+            return None
+        hits = parse_bytes(*read("memory.failcnt"))
+        oom_kills = parse_key_values(*read("memory.oom_control")).get("oom_kill")
+        usage = parse_bytes(*read("memory.usage_in_bytes"))
+        anon, file = "total_rss", "total_cache"  # the hierarchical counts, as v2's are
+    text, source = read("memory.stat")
+    stat = parse_key_values(text, source)
+    return MemoryUse(limit, usage, hits, oom_kills, field(stat, anon, source), field(stat, file, source))
+
+
+@registered(after=("processes",))
+class CgroupMemoryCollector(Collector):
+    """Limit, use, limit hits and OOM kills of every cgroup with a memory limit that holds a broker process."""
+
+    name = "cgroup_memory"
+    help = HELP
+
+    def __init__(self, brokers: BrokerPids | None = None):
+        self.brokers = brokers or BrokerPids()
+
+    @classmethod
+    def from_config(cls, config: Config, shared: Shared) -> CgroupMemoryCollector:
+        """Over the broker lookup the config's collectors share."""
+        return cls(shared.get(broker_pids))
+
+    def collect(self, root: Root) -> list[Sample]:
+        """Series per broker pid and limiting cgroup; a broker whose cgroup cannot be read is left out and counted."""
+        found, skipped = limiting_cgroups(root, self.brokers.brokers(root), "memory", read_memory)
+        samples = [s for broker, cgroup, use in found
+                   for s in memory_samples(use, pid=broker.pid, comm=broker.comm, cgroup=cgroup)]
+        return samples + skipped_samples(self.name, skipped)
+
+
+def memory_samples(m: MemoryUse, **labels: object) -> list[Sample]:
+    """The series of one limiting cgroup."""
+    samples = [
+        sample("kdiag_process_cgroup_memory_limit_bytes", m.limit_bytes, GAUGE, **labels),
+        sample("kdiag_process_cgroup_memory_usage_bytes", m.usage_bytes, GAUGE, **labels),
+        sample("kdiag_process_cgroup_memory_limit_hits_total", m.limit_hits, COUNTER, **labels),
+        sample("kdiag_process_cgroup_memory_bytes", m.anon_bytes, GAUGE, **labels, type="anon"),
+        sample("kdiag_process_cgroup_memory_bytes", m.file_bytes, GAUGE, **labels, type="file"),
+    ]
+    if m.oom_kills is not None:
+        samples.append(sample("kdiag_process_cgroup_memory_oom_kills_total", m.oom_kills, COUNTER, **labels))
+    return samples
