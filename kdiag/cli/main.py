@@ -17,7 +17,7 @@ from kdiag.core.finite import dumps
 from kdiag import __version__
 from kdiag.alerting import rules as alerts
 from kdiag.core import logsafe
-from kdiag.config.settings import Config, load_config
+from kdiag.config.settings import Config, ConfigError, load_config
 from kdiag.core.errors import KdiagError
 from kdiag.core.outfile import write_output
 from kdiag.core.units import parse_duration
@@ -51,7 +51,14 @@ def _config(args: argparse.Namespace) -> Config:
         "kafka.jmx": getattr(args, "jmx", None),
     }
     overrides |= {f"collectors.{name}": on for name, on in getattr(args, "collector_switches", None) or []}
-    return load_config(args.config, overrides)
+    config = load_config(args.config, overrides)
+    from kdiag.collectors.registry import switches
+
+    try:
+        switches(config)  # a name no collector has stops the start, and a reload keeps the running config
+    except ConfigError as e:
+        raise ConfigError(f"{args.config}: {e}" if args.config else str(e)) from None
+    return config
 
 
 def _collector_switch(on: bool) -> Callable[[str], tuple[str, bool]]:

@@ -105,6 +105,13 @@ def test_flags_override_the_config_file_and_the_last_flag_wins(tmp_path):
     assert _config(args).collectors == {"diskstats": True, "vmstat": False, "stat": True}
 
 
+def test_an_unknown_collector_in_the_config_file_stops_any_command_with_the_file_and_key(tmp_path, capsys):
+    path = tmp_path / "kdiag.yaml"
+    path.write_text("collectors:\n  diskstat: false\n")
+    assert main(["rules", "check", "--config", str(path)]) == 2
+    assert f"kdiag: {path}: collectors.diskstat: unknown collector (expected one of block, " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", [["run"], ["record", "-o", "out"], ["diagnose"]])
 def test_an_unknown_collector_on_the_command_line_exits_2_naming_the_known_ones(command, capsys):
     with pytest.raises(SystemExit) as e:
