@@ -269,7 +269,7 @@ class InProcess:
 
     def diagnoses(self) -> dict[str, dict]:
         """The published /api/diagnoses by rule id."""
-        return {d["rule"]: d for d in json.loads(self.daemon.published.diagnoses)["diagnoses"]}
+        return {d["rule"]: d for d in json.loads(self.daemon.services.published.diagnoses)["diagnoses"]}
 
     def step_until(self, check, what: str, steps: int = 200):
         """Step cycles until check() holds."""
@@ -281,9 +281,9 @@ class InProcess:
 
     def close(self) -> None:
         """Release the exporter's socket (never started) and the state dir's lock."""
-        self.daemon.exporter.socket.close()
-        if self.daemon.state_file:
-            self.daemon.state_file.close()
+        self.daemon.services.exporter.socket.close()
+        if self.daemon.services.state_file:
+            self.daemon.services.state_file.close()
 
 
 def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, caplog):
@@ -317,7 +317,9 @@ def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, c
     assert f"reload refused, the running config stays: {config}: interval: 'soon' is not a duration" in caplog.text
     write_config(config, state_dir="", signal_window="2m")
     k.daemon.reload()
-    assert k.daemon.pipeline.window == 120.0 and "reloaded: " in caplog.records[-1].getMessage()
+    services = k.daemon.services
+    assert services.pipeline.window == 120.0 and "reloaded: " in caplog.records[-1].getMessage()
+    assert services.config.signal_window == 120.0 and "reload_marker" in {r.id for r in services.rules}
     k.daemon.step()
     assert k.diagnoses()["small_packet_storm"]["since"] == storm["since"]
     k.close()

@@ -30,7 +30,7 @@ def leftovers(pipeline: Pipeline, published: Published, pids: set[str]) -> list[
         "history": [dict(key[1]).get("pid") for key in pipeline.history._points],
         "processes collector": [str(pid) for pid in procs.table.known],
         "engine held": [sid for _, sid in held(pipeline)],
-        "engine active": [d.subject.split()[1] for d in pipeline.engine.active.values() if d.subject.startswith("pid ")],
+        "engine active": [d.subject.split()[1] for d in pipeline.judged.active.values() if d.subject.startswith("pid ")],
         "exposition": [pid for pid in pids if f'pid="{pid}"'.encode() in published.metrics],
     }
     return [f"{where}: pid {pid}" for where, found in places.items() for pid in set(found) & pids]

@@ -86,8 +86,8 @@ class Monitor:
         # The lab brokers' CPU quota (broker-throttled), their pids from the processes collector's table.
         host: list[Collector] = [processes, MeminfoCollector(), StatCollector(),
                                  CgroupCpuCollector(BrokerPids(table=processes.table))]
-        collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
-        self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
+        collectors = CollectorSet(host + list(kafka_collectors(config).values()))
+        self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS, collector_timeout=20.0)
         self.states: list[State] = []
         self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
         # A short backoff: one slow answer must not hold back an alert that lives only for the signal window.
