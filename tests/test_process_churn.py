@@ -44,8 +44,8 @@ def test_a_dead_process_leaves_no_state_once_the_history_forgets_it(tmp_path):
     config = Config()
     config.processes.log_dirs = [str(log_dir)]
     config.processes.top_n = 1000  # every reader gets its series on this busy host
-    pipeline = Pipeline(CollectorSet(host_collectors(config), 30.0), load_rules(config), "churn",
-                        history_seconds=RETENTION, window=2.0)
+    pipeline = Pipeline(CollectorSet(host_collectors(config)), load_rules(config), "churn",
+                        history_seconds=RETENTION, window=2.0, collector_timeout=30.0)
     published = Published()
 
     def step() -> None:
