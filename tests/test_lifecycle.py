@@ -293,6 +293,7 @@ def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, c
     extra.mkdir()
     config = write_config(tmp_path / "kdiag.yaml", state_dir="")
     k = InProcess(config, default_rules_dir(), extra, recording=recording)
+    running = k.daemon.services
     storm = k.step_until(lambda: (d := k.diagnoses().get("small_packet_storm")) and d["state"] == "firing" and d,
                          "small_packet_storm firing")
 
@@ -320,6 +321,9 @@ def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, c
     services = k.daemon.services
     assert services.pipeline.window == 120.0 and "reloaded: " in caplog.records[-1].getMessage()
     assert services.config.signal_window == 120.0 and "reload_marker" in {r.id for r in services.rules}
+    # Swapped whole, over the same collectors, web server and published bytes: a reload restarts none of them.
+    assert services is not running and services.pipeline is not running.pipeline
+    assert all(getattr(services, part) is getattr(running, part) for part in ("collectors", "exporter", "published"))
     k.daemon.step()
     assert k.diagnoses()["small_packet_storm"]["since"] == storm["since"]
     k.close()
