@@ -220,6 +220,16 @@ def test_pending_then_firing_then_resolved(tmp_path):
     assert (d.state, d.since) == ("pending", 40)
 
 
+def test_an_evaluation_leaves_the_judgement_it_went_on_from_as_it_was(tmp_path):
+    engine = Engine(rules_from(tmp_path, NIC_RULE))
+    first = engine.evaluate(EngineState(), 10, signals({"eth0": 5000.0}))
+    second = engine.evaluate(first, 30, signals({"eth0": 6000.0}))
+    third = engine.evaluate(second, 35, signals({"eth0": 10.0}))
+    assert [(d.state, d.since, d.summary.split()[2]) for d in first.current()] == [("pending", 10, "5000")]
+    assert [(d.state, d.since, d.ended) for d in second.current()] == [("firing", 10, None)] and second.resolved == ()
+    assert third.active == {} and [(d.since, d.ended) for d in third.resolved] == [(10, 35)]
+
+
 def test_pending_that_stops_is_not_resolved(tmp_path):
     engine = Engine(rules_from(tmp_path, NIC_RULE))
     judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5000.0}))

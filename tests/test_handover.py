@@ -43,7 +43,9 @@ def cycle(daemon, t: float, reporting: bool, found: list[Diagnosis]) -> State:
                           **{(d.rule.id, d.subject): last.get((d.rule.id, d.subject), d) for d in found}})
     state = State(coordinator.me.host, t, [], {}, {}, judged.current(), [],
                   reporting=Reporting(reporting, coordinator.me if reporting else None))
+    given = (state, judged, state.diagnoses)
     state, judged = handover.step(state, judged, RULES, coordinator)
+    assert given[0].diagnoses is given[2] and given[0].diagnoses == given[1].current()  # new values, the old kept
     judgements.append(judged)
     assert judged.current() == state.diagnoses and list(judged.resolved) == state.resolved
     return state

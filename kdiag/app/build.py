@@ -95,9 +95,10 @@ def build(config: Config, recording: Recording | None = None) -> Services:
 
 
 def rebuild(config: Config, running: Services) -> Services:
-    """The services for a re-read config: its catalog, signal window and deadlines over the running collectors and
-    their history, Kafka clients, probe and web server, none restarted; raises what load_rules raises, changing
-    nothing then. What else changed takes effect at the next restart."""
+    """The services for a re-read config: its catalog and a pipeline with its signal window and collector deadline over
+    the running collectors and their history, Kafka clients, probe and web server, none restarted (the Kafka jobs and
+    /healthz take the new deadlines). Raises what load_rules raises, changing nothing then; what else changed takes
+    effect at the next restart."""
     rules = load_rules(config)
     for background in running.background:
         background.retime(kafka_deadline(config))
