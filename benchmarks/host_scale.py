@@ -16,7 +16,7 @@ from rules_cycle import percentile
 from kdiag.config.settings import load_config
 from kdiag.app.wiring import load_rules, replay_collectors
 from kdiag.serve.exporter import render_metrics
-from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.recording.recording import Recording
 from kdiag.core.root import Root
 from kdiag.analysis.subject_kinds import compute_signals
@@ -42,10 +42,11 @@ def timed_cycle(pipeline: Pipeline, root: Root, help_text: dict[str, str]) -> di
     marks.append(stamp())
     signals = compute_signals(pipeline.history, pipeline.window)
     marks.append(stamp())
-    diagnoses = pipeline.engine.evaluate(t, signals)
+    judged = pipeline.engine.evaluate(pipeline.judged, t, signals)
+    pipeline.adopt(judged)
     marks.append(stamp())
-    health = {k: Health(**vars(v)) for k, v in pipeline.collectors.health.items()}
-    render_metrics(State(pipeline.host, t, samples, health, signals, diagnoses, pipeline.engine.resolved), help_text)
+    render_metrics(State(pipeline.host, t, samples, dict(pipeline.collectors.health), signals, judged.current(),
+                         list(judged.resolved)), help_text)
     marks.append(stamp())
     out = {stage: (b[0] - a[0], b[1] - a[1]) for stage, a, b in
            zip(("collection", "history", "signals", "rules", "render"), marks, marks[1:], strict=False)}

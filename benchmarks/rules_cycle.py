@@ -11,7 +11,7 @@ import time
 from kdiag.config.settings import load_config
 from kdiag.app.wiring import host_collectors, load_rules
 from kdiag.serve.exporter import render_metrics
-from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.core.root import Root
 from kdiag.analysis.subject_kinds import compute_signals
 
@@ -35,10 +35,11 @@ def cycle(pipeline: Pipeline, root: Root, help_text: dict[str, str]) -> tuple[di
     added = clock()
     signals = compute_signals(pipeline.history, pipeline.window)
     derived = clock()
-    diagnoses = pipeline.engine.evaluate(t, signals)
+    judged = pipeline.engine.evaluate(pipeline.judged, t, signals)
+    pipeline.adopt(judged)
     evaluated = clock()
-    health = {k: Health(**vars(v)) for k, v in pipeline.collectors.health.items()}
-    state = State(pipeline.host, t, samples, health, signals, diagnoses, pipeline.engine.resolved)
+    state = State(pipeline.host, t, samples, dict(pipeline.collectors.health), signals, judged.current(),
+                  list(judged.resolved))
     render_metrics(state, help_text)
     rendered = clock()
     evaluations = sum(len(signals.get(rule.each, {})) for rule in pipeline.engine.rules)

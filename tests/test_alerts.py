@@ -8,6 +8,7 @@ import re
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -206,8 +207,7 @@ def test_pusher_posts_firing_diagnoses_then_resolves_them_once() -> None:
         assert alert["startsAt"] == "2025-11-29T15:26:40.000Z"
         # The same firing set again is not news: nothing is posted before the resend interval.
         pusher.offer(State("h", 1764430025.0, [], {}, {}, [d]))
-        d.ended = 1764430030.0
-        pusher.offer(State("h", 1764430030.0, [], {}, {}, [], [d]))
+        pusher.offer(State("h", 1764430030.0, [], {}, {}, [], [replace(d, ended=1764430030.0)]))
         wait_until(lambda: len(receiver.bodies) == 2, 10, "the resolving post")
         resolved, resolved_source = receiver.bodies[1]
         assert resolved["labels"] == alert["labels"] and resolved["endsAt"] == "2025-11-29T15:27:10.000Z"

@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
-from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.analysis.engine import Diagnosis, Engine, EngineState
 from kdiag.analysis.signals import Signals
 from kdiag.analysis.subject_kinds import compute_signals
 from kdiag.config.probe import DEFAULT_LATENCY_BUCKETS
@@ -43,6 +43,7 @@ def run(latency: Latency, seconds: float, extra: Callable[[float], list[Sample]]
     rng = random.Random(21)
     stats = {b: BrokerStats(DEFAULT_LATENCY_BUCKETS) for b in (1, 2, 3)}
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), None)
+    judged = EngineState()
     diagnoses: list[Diagnosis] = []
     for i in range(int(seconds / STEP) + 1):
         t = i * STEP
@@ -56,7 +57,8 @@ def run(latency: Latency, seconds: float, extra: Callable[[float], list[Sample]]
             snapshot += s.samples(b)
         history.add(START + t, snapshot)
         signals = compute_signals(history, WINDOW)
-        diagnoses = engine.evaluate(START + t, signals)
+        judged = engine.evaluate(judged, START + t, signals)
+        diagnoses = judged.current()
     for b in ("1", "2", "3"):
         assert {"probe_latency_vs_peers", "probe_latency_vs_history"} <= set(signals["broker"][b]), b
     return diagnoses
@@ -106,6 +108,7 @@ def gc_pauses(pause: float, collector: str = "G1 Young Generation", **more: floa
     """Broker 1 collecting once a minute for `pause` seconds at once (and once a minute with each of `more`,
     collector=pause), read over JMX every 10 s, for 5 minutes: the causes and broker 1's signals at the end."""
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), None)
+    judged = EngineState()
     diagnoses: list[Diagnosis] = []
     signals: dict[str, dict[str, Signals]] = {}
     for i in range(31):
@@ -116,7 +119,8 @@ def gc_pauses(pause: float, collector: str = "G1 Young Generation", **more: floa
                          sample("kdiag_jvm_gc_collection_seconds_total", collections * seconds, COUNTER, broker_id=1, gc=name)]
         history.add(START + t, snapshot)
         signals = compute_signals(history, WINDOW)
-        diagnoses = engine.evaluate(START + t, signals)
+        judged = engine.evaluate(judged, START + t, signals)
+        diagnoses = judged.current()
     return [d for d in diagnoses if d.rule.kind == "cause"], signals["broker"]["1"]
 
 

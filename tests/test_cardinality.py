@@ -18,7 +18,7 @@ from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.config.settings import ConfigError, load_config
 from kdiag.app.background import Background
 from kdiag.analysis.catalog import load_catalog
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.serve.exporter import FamilyCache, Published, render_metrics
 from kdiag.runtime.pipeline import State
 from kdiag.core.root import Root
@@ -214,14 +214,20 @@ def write_rule(tmp_path: Path, when: str) -> list:
 
 def test_engine_reevaluates_a_subject_only_when_its_inputs_change(tmp_path):
     engine = Engine(write_rule(tmp_path, "it.messages_per_second > cluster.brokers"))
+    judged = EngineState()
     topic = {"name": "a", "messages_per_second": 10.0}
-    assert [d.subject for d in engine.evaluate(1, {"topic": {"a": topic}, "cluster": {"c": {"brokers": 3.0}}})] == ["a"]
-    assert engine.evaluate(2, {"topic": {"a": dict(topic)}, "cluster": {"c": {"brokers": 3.0}}})  # same inputs
+    judged = engine.evaluate(judged, 1, {"topic": {"a": topic}, "cluster": {"c": {"brokers": 3.0}}})
+    assert [d.subject for d in judged.current()] == ["a"]
+    judged = engine.evaluate(judged, 2, {"topic": {"a": dict(topic)}, "cluster": {"c": {"brokers": 3.0}}})
+    assert judged.current()  # same inputs
     # A change of a global subject the rule reads counts as a change of the topic's inputs.
-    assert not engine.evaluate(3, {"topic": {"a": topic}, "cluster": {"c": {"brokers": 20.0}}})
-    assert engine.evaluate(4, {"topic": {"a": {**topic, "messages_per_second": 30.0}}, "cluster": {"c": {"brokers": 20.0}}})
-    assert not engine.evaluate(5, {"topic": {"a": {**topic, "messages_per_second": 1.0}}, "cluster": {"c": {"brokers": 20.0}}})
-    assert [d.subject for d in engine.resolved] == ["a"]
+    judged = engine.evaluate(judged, 3, {"topic": {"a": topic}, "cluster": {"c": {"brokers": 20.0}}})
+    assert not judged.current()
+    judged = engine.evaluate(judged, 4, {"topic": {"a": {**topic, "messages_per_second": 30.0}}, "cluster": {"c": {"brokers": 20.0}}})
+    assert judged.current()
+    judged = engine.evaluate(judged, 5, {"topic": {"a": {**topic, "messages_per_second": 1.0}}, "cluster": {"c": {"brokers": 20.0}}})
+    assert not judged.current()
+    assert [d.subject for d in judged.resolved] == ["a"]
 
 
 class SlowCollector(Collector):
@@ -292,7 +298,7 @@ def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
     background._next = 0.0
     background.run()
     assert background.period == 4.0  # at most 4 intervals
-    background.collectors.timeout = 0.5  # now it fails (times out): retried at the normal pace
+    background.retime(0.5)  # now it fails (times out): retried at the normal pace
     background._next = 0.0
     background.run()
     assert background.period == 1.0

@@ -32,23 +32,23 @@ def workers() -> int:
 
 def test_runs_share_one_worker_thread():
     before = workers()
-    collectors = CollectorSet([Counting("a"), Counting("b"), Counting("c")], timeout=30)
+    collectors = CollectorSet([Counting("a"), Counting("b"), Counting("c")])
     for _ in range(50):
-        assert len(collectors.run(Root())) == 3
+        assert len(collectors.run(Root(), 30)) == 3
     assert workers() == before + 1
 
 
 def test_a_hung_run_keeps_its_thread_the_others_go_on_and_it_comes_back_when_it_ends():
     before = workers()
     hung, fine = Counting("hung"), Counting("fine")
-    collectors = CollectorSet([hung, fine], timeout=0.5)
+    collectors = CollectorSet([hung, fine])
     hung.gate.clear()
-    assert [s.name for s in collectors.run(Root())] == ["kdiag_test_fine"]
-    assert [s.name for s in collectors.run(Root())] == ["kdiag_test_fine"]
+    assert [s.name for s in collectors.run(Root(), 0.5)] == ["kdiag_test_fine"]
+    assert [s.name for s in collectors.run(Root(), 0.5)] == ["kdiag_test_fine"]
     assert "still hangs" in collectors.health["hung"].error
     assert workers() == before + 2  # the hung run's thread and the one serving the others
     hung.gate.set()
-    wait_until(lambda: len(collectors.run(Root())) == 2, 30, "the hung collector back once its run ended")
+    wait_until(lambda: len(collectors.run(Root(), 0.5)) == 2, 30, "the hung collector back once its run ended")
     wait_until(lambda: workers() == before + 1, 30, "the hung run's thread gone")
 
 

@@ -6,6 +6,7 @@ import json
 import re
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -141,8 +142,8 @@ def test_pusher_alerts_carry_the_dynamic_summary_and_resolve(alertmanager: str) 
         assert pushed["annotations"]["remediation"] == RULES["small_packet_storm"].remediation
         assert got["KdiagTcpRetransmitsHigh"]["status"]["inhibitedBy"] == [got["KdiagExplains/small_packet_storm"]["fingerprint"]]
 
-        cause.ended = symptom.ended = time.time()
-        pusher.offer(State(instance, cause.ended, [], {}, {}, [], [cause, symptom]))
+        ended = time.time()
+        pusher.offer(State(instance, ended, [], {}, {}, [], [replace(cause, ended=ended), replace(symptom, ended=ended)]))
         wait_until(lambda: alerts(alertmanager, instance) == {}, 30, "the resolved alerts to leave Alertmanager")
     finally:
         pusher.stop()
@@ -154,13 +155,12 @@ def test_a_cause_mutes_symptoms_of_its_brokers_from_any_daemon_and_no_others(ale
     from kdiag.kafka.coordination import Reporting
 
     cluster, now = f"fleet-{free_port()}", time.time()
-    scanner = diagnosis("foreign_io_scanner", "pid 4711 tar", now - 60, "tar reads the log dir", {})
-    scanner.brokers = frozenset({"2"})  # host scope on broker 2's host (kafka.local_broker_id: 2)
-    skew = diagnosis("partition_skew", f"{cluster}-topic", now - 60, "skewed", {})
-    skew.brokers = frozenset({"1"})
-    symptoms = [diagnosis("probe_latency_high", f"broker {b}", now - 50, "slow", {}) for b in (1, 2, 3)]
-    for b, d in enumerate(symptoms, start=1):
-        d.brokers = frozenset({str(b)})
+    # The scanner is host scope on broker 2's host (kafka.local_broker_id: 2).
+    scanner = replace(diagnosis("foreign_io_scanner", "pid 4711 tar", now - 60, "tar reads the log dir", {}),
+                      brokers=frozenset({"2"}))
+    skew = replace(diagnosis("partition_skew", f"{cluster}-topic", now - 60, "skewed", {}), brokers=frozenset({"1"}))
+    symptoms = [replace(diagnosis("probe_latency_high", f"broker {b}", now - 50, "slow", {}), brokers=frozenset({str(b)}))
+                for b in (1, 2, 3)]
     pushers = {name: AlertPusher(alertmanager, f"{cluster}-{name}", resend_interval=60.0, timeout=5.0) for name in "ab"}
     for p in pushers.values():
         p.start()

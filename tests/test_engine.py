@@ -16,7 +16,7 @@ import pytest
 from kdiag.cli.main import main
 from kdiag.analysis.catalog import CatalogError, default_rules_dir, load_catalog
 from kdiag.core.units import parse_duration
-from kdiag.analysis.engine import Engine, render
+from kdiag.analysis.engine import Engine, EngineState, render
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 CONTRACT_CAUSES = ("small_packet_storm", "nic_irq_on_cpu0", "swap_in_use", "foreign_io_scanner")
@@ -190,57 +190,79 @@ def signals(pps: dict[str, float], cpus: float = 4.0) -> dict:
 
 def test_pending_then_firing_then_resolved(tmp_path):
     engine = Engine(rules_from(tmp_path, NIC_RULE))
-    assert engine.evaluate(0, signals({"eth0": 10.0})) == []
+    judged = engine.evaluate(EngineState(), 0, signals({"eth0": 10.0}))
+    assert judged.current() == []
 
-    (d,) = engine.evaluate(10, signals({"eth0": 5000.0}))
+    judged = engine.evaluate(judged, 10, signals({"eth0": 5000.0}))
+    (d,) = judged.current()
     assert (d.rule.id, d.subject, d.state, d.since) == ("busy_nic", "eth0", "pending", 10)
 
-    (d,) = engine.evaluate(25, signals({"eth0": 5000.0}))
+    judged = engine.evaluate(judged, 25, signals({"eth0": 5000.0}))
+    (d,) = judged.current()
     assert (d.state, d.since) == ("pending", 10)  # 15 s < for: 20s
 
-    (d,) = engine.evaluate(30, signals({"eth0": 6000.0}))
+    judged = engine.evaluate(judged, 30, signals({"eth0": 6000.0}))
+    (d,) = judged.current()
     assert (d.state, d.since) == ("firing", 10)  # since is kept across evaluations
     assert d.summary == "eth0 at 6000 pps, 64.0 B avg, cpu0 50%"
     assert d.evidence == {"rx_packets_per_second": 6000.0, "rx_avg_packet_bytes": 64.0, "host.cpu_count": 4.0}
-    assert engine.resolved == []
+    assert judged.resolved == ()
 
-    assert engine.evaluate(35, signals({"eth0": 10.0})) == []
-    (r,) = engine.resolved
+    judged = engine.evaluate(judged, 35, signals({"eth0": 10.0}))
+    assert judged.current() == []
+    (r,) = judged.resolved
     assert (r.rule.id, r.subject, r.state, r.since, r.ended) == ("busy_nic", "eth0", "firing", 10, 35)
 
     # Resolved is per evaluation; a new episode starts a new `since`.
-    (d,) = engine.evaluate(40, signals({"eth0": 5000.0}))
-    assert engine.resolved == []
+    judged = engine.evaluate(judged, 40, signals({"eth0": 5000.0}))
+    (d,) = judged.current()
+    assert judged.resolved == ()
     assert (d.state, d.since) == ("pending", 40)
+
+
+def test_an_evaluation_leaves_the_judgement_it_went_on_from_as_it_was(tmp_path):
+    engine = Engine(rules_from(tmp_path, NIC_RULE))
+    first = engine.evaluate(EngineState(), 10, signals({"eth0": 5000.0}))
+    second = engine.evaluate(first, 30, signals({"eth0": 6000.0}))
+    third = engine.evaluate(second, 35, signals({"eth0": 10.0}))
+    assert [(d.state, d.since, d.summary.split()[2]) for d in first.current()] == [("pending", 10, "5000")]
+    assert [(d.state, d.since, d.ended) for d in second.current()] == [("firing", 10, None)] and second.resolved == ()
+    assert third.active == {} and [(d.since, d.ended) for d in third.resolved] == [(10, 35)]
 
 
 def test_pending_that_stops_is_not_resolved(tmp_path):
     engine = Engine(rules_from(tmp_path, NIC_RULE))
-    engine.evaluate(0, signals({"eth0": 5000.0}))
-    assert engine.evaluate(5, signals({"eth0": 1.0})) == []
-    assert engine.resolved == []
+    judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5000.0}))
+    judged = engine.evaluate(judged, 5, signals({"eth0": 1.0}))
+    assert judged.current() == []
+    assert judged.resolved == ()
 
 
 def test_each_subject_has_its_own_state(tmp_path):
     engine = Engine(rules_from(tmp_path, NIC_RULE))
-    engine.evaluate(0, signals({"eth0": 5000.0, "eth1": 1.0}))
-    active = engine.evaluate(20, signals({"eth0": 5000.0, "eth1": 5000.0}))
+    judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5000.0, "eth1": 1.0}))
+    judged = engine.evaluate(judged, 20, signals({"eth0": 5000.0, "eth1": 5000.0}))
+    active = judged.current()
     assert [(d.subject, d.state, d.since) for d in active] == [("eth0", "firing", 0), ("eth1", "pending", 20)]
     assert [d.to_json()["state"] for d in active] == ["firing", "pending"]
 
 
 def test_for_zero_fires_at_once(tmp_path):
     engine = Engine(rules_from(tmp_path, NIC_RULE.replace("  for: 20s\n", "", 1)))
-    (d,) = engine.evaluate(0, signals({"eth0": 5000.0}))
+    judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5000.0}))
+    (d,) = judged.current()
     assert d.state == "firing"
 
 
 def test_missing_signal_does_not_hold_and_does_not_raise(tmp_path, caplog):
     engine = Engine(rules_from(tmp_path, NIC_RULE))
+    judged = EngineState()
     no_pps = {"host": {"host": {"name": "host", "cpu_count": 4.0}}, "nic": {"eth0": {"name": "eth0"}}}
-    assert engine.evaluate(0, no_pps) == []
+    judged = engine.evaluate(judged, 0, no_pps)
+    assert judged.current() == []
     no_host = {"nic": {"eth0": {"name": "eth0", "rx_packets_per_second": 5000.0}}}
-    assert engine.evaluate(1, no_host) == []
+    judged = engine.evaluate(judged, 1, no_host)
+    assert judged.current() == []
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -256,7 +278,7 @@ def test_or_with_one_side_missing_still_holds(tmp_path):
           remediation: none
           source: tests
         """)
-    (d,) = Engine(rules).evaluate(0, {"host": {"host": {"name": "host", "swap_used_bytes": 1000.0}}})
+    (d,) = Engine(rules).evaluate(EngineState(), 0, {"host": {"host": {"name": "host", "swap_used_bytes": 1000.0}}}).current()
     assert d.summary == "? pages/s in, 1000 B used"
     assert d.evidence == {"host.swap_used_bytes": 1000.0}
 
@@ -273,22 +295,25 @@ def test_evaluation_error_is_logged_once_and_does_not_hold(tmp_path, caplog):
           source: tests
         """)
     engine = Engine(rules)
+    judged = EngineState()
     with caplog.at_level(logging.WARNING, logger="kdiag.analysis.engine"):
-        assert engine.evaluate(0, signals({"eth0": 1.0})) == []
-        assert engine.evaluate(1, signals({"eth0": 1.0})) == []
+        judged = engine.evaluate(judged, 0, signals({"eth0": 1.0}))
+        assert judged.current() == []
+        judged = engine.evaluate(judged, 1, signals({"eth0": 1.0}))
+        assert judged.current() == []
     warnings = [r for r in caplog.records if "typed" in r.getMessage()]
     assert len(warnings) == 1
 
 
 def test_diagnoses_sorted_by_kind_then_rule(tmp_path):
     rules = rules_from(tmp_path, NIC_RULE.replace("host.cpu_count > 100.0", "host.cpu_count > 1.0"))
-    active = Engine(rules).evaluate(0, signals({"eth0": 5000.0}))
+    active = Engine(rules).evaluate(EngineState(), 0, signals({"eth0": 5000.0})).current()
     assert [(d.rule.kind, d.rule.id) for d in active] == [("cause", "busy_nic"), ("symptom", "slow")]
     assert active[0].to_json()["explains"] == ["slow"]
 
 
 def test_to_json_contract_keys(tmp_path):
-    (d,) = Engine(rules_from(tmp_path, NIC_RULE)).evaluate(7, signals({"eth0": 5000.0}))
+    (d,) = Engine(rules_from(tmp_path, NIC_RULE)).evaluate(EngineState(), 7, signals({"eth0": 5000.0})).current()
     assert set(d.to_json()) == {"rule", "subject", "kind", "severity", "state", "since", "summary", "evidence",
                                 "remediation", "explains"}
 
@@ -399,6 +424,6 @@ def test_undecodable_subject_names_are_evaluated_not_fatal(tmp_path):
     rules = rules_from(tmp_path, NIC_RULE.replace("host.cpu_count > 100.0", "host.name != ''"))
     data = signals({odd: 5000.0, "eth0": 5000.0})
     data["host"]["host"]["name"] = os.fsdecode(b"host\xff")
-    active = Engine(rules).evaluate(0, data)
+    active = Engine(rules).evaluate(EngineState(), 0, data).current()
     assert [(d.rule.id, d.subject) for d in active] == [("busy_nic", "eth0"), ("busy_nic", odd), ("slow", "host\udcff")]
     assert active[1].summary.startswith(odd)

@@ -195,7 +195,7 @@ def test_exporter_binds_loopback_port_zero():
 
 def test_diagnoses_exported(tmp_path):
     """A firing and a pending diagnosis become kdiag_diagnosis_active 1 and 0, with float evidence."""
-    from kdiag.analysis.engine import Engine
+    from kdiag.analysis.engine import Engine, EngineState
 
     rules = tmp_path / "r.yaml"
     rules.write_text("""\
@@ -220,7 +220,7 @@ def test_diagnoses_exported(tmp_path):
 """)
     engine = Engine(load_catalog([rules]))
     signals = {"host": {"host": {"name": "host", "swap_used_bytes": 1000.0, "net_rx_top_cpu": "3"}}}
-    diagnoses = engine.evaluate(0.0, signals)
+    diagnoses = engine.evaluate(EngineState(), 0.0, signals).current()
     state = State("h", 0.0, [], {}, signals, diagnoses)
     fams = families(render_metrics(state, {}).decode())
     active = {s.labels["rule"]: s for s in samples(fams, "kdiag_diagnosis_active")}
@@ -265,7 +265,7 @@ SKEW_RULE = """\
 
 def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by_all(tmp_path):
     """Kafka series get `cluster`; a topic diagnosis is exported only while reporting, yet always in the JSON."""
-    from kdiag.analysis.engine import Engine
+    from kdiag.analysis.engine import Engine, EngineState
     from kdiag.core.sample import sample
     from kdiag.kafka.coordination import Reporting
     from kdiag.kafka.coordination_records import Member
@@ -276,7 +276,7 @@ def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by
     signals = {"host": {"host": {"name": "host", "swap_used_bytes": 1000.0}},
                "topic": {"t": {"name": "t", "leader_skew_ratio": 3.0, "on_brokers": "1,3"}},
                "probe": {"2": {"name": "broker 2", "produce_p99_seconds": 2.0, "on_brokers": "2"}}}
-    diagnoses = Engine(rules, local_broker=2).evaluate(0.0, signals)
+    diagnoses = Engine(rules, local_broker=2).evaluate(EngineState(), 0.0, signals).current()
     kafka = [sample("kdiag_kafka_brokers", 3), sample("kdiag_kafka_cluster_info", 1, cluster_id="abc")]
     other = Member("other-host", 1)
     for reporting, exported in ((Reporting(True, None), True), (Reporting(False, other), False)):

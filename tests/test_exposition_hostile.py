@@ -21,7 +21,7 @@ from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.collectors.host.netclass import NetclassCollector
 from kdiag.config.settings import Config
 from kdiag.app.wiring import host_collectors
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.core.quote import printable
 from kdiag.serve.exporter import FamilyCache, Published, render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
@@ -112,7 +112,7 @@ def state(tmp_path_factory) -> State:
     rules = tmp_path_factory.mktemp("rules") / "r.yaml"
     rules.write_text(TOPIC_RULE)
     signals = {"topic": {t: {"name": t, "leader_skew_ratio": 3.0} for t in SUBJECTS}}
-    diagnoses = Engine(load_catalog([rules])).evaluate(0.0, signals)
+    diagnoses = Engine(load_catalog([rules])).evaluate(EngineState(), 0.0, signals).current()
     assert {d.subject for d in diagnoses} == set(SUBJECTS)
     sysfs = tmp_path_factory.mktemp("sys")
     for name in HOSTILE:

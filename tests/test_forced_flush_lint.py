@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.analysis.subject_kinds import compute_signals
 from kdiag.core.history import History
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
@@ -33,13 +33,15 @@ def topic_config(flush_messages: float) -> list[Sample]:
 
 def fired(snapshot, flushes_per_second: float | None, seconds: float = 60.0) -> list[tuple[str, str]]:
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), 1)
+    judged = EngineState()
     found = []
     for i in range(int(seconds / 5) + 1):
         t = 1764430000.0 + i * 5
         flushes = [] if flushes_per_second is None else [
             sample("kdiag_kafka_log_flushes_total", 100 + flushes_per_second * i * 5, COUNTER, broker_id=1)]
         history.add(t, snapshot + flushes)
-        found = engine.evaluate(t, compute_signals(history, 30.0))
+        judged = engine.evaluate(judged, t, compute_signals(history, 30.0))
+        found = judged.current()
     return sorted((d.rule.id, d.subject) for d in found if d.state == "firing")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
-from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.analysis.engine import Diagnosis, EngineState
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import Reporting
@@ -22,12 +22,13 @@ T0 = 1_764_430_000.0
 
 @pytest.fixture
 def fleet():
-    """Two daemons' handovers, admin collectors and coordination handles (none of their processes started)."""
+    """Two daemons' handovers, admin collectors, coordination handles (none of their processes started) and their
+    engines' judgements, the last one last."""
     made = []
     for host, broker in (("a", 1), ("b", 2)):
         admin = KafkaAdminCollector("127.0.0.1:9", local_broker=broker)
         coordinator = CoordinatorProcess("127.0.0.1:9", ClientSettings(), Member(host, broker), "t", "g")
-        made.append((Handover(host, admin), admin, coordinator, Engine(RULES, broker)))
+        made.append((Handover(host, admin), admin, coordinator, [EngineState()]))
     yield made
     for _, admin, coordinator, _ in made:
         admin.close()
@@ -36,13 +37,17 @@ def fleet():
 
 def cycle(daemon, t: float, reporting: bool, found: list[Diagnosis]) -> State:
     """One cycle: the engine's own judgement (found), then the handover; the record published moves to the topic."""
-    handover, _admin, coordinator, engine = daemon
-    engine.active = {**{k: d for k, d in engine.active.items() if d.rule.scope == "host"},
-                     **{(d.rule.id, d.subject): engine.active.get((d.rule.id, d.subject), d) for d in found}}
-    engine.resolved = []
-    state = State(coordinator.me.host, t, [], {}, {}, engine.current(), [])
-    state.reporting = Reporting(reporting, coordinator.me if reporting else None)
-    handover.step(state, engine, coordinator)
+    handover, _admin, coordinator, judgements = daemon
+    last = judgements[-1].active
+    judged = EngineState({**{k: d for k, d in last.items() if d.rule.scope == "host"},
+                          **{(d.rule.id, d.subject): last.get((d.rule.id, d.subject), d) for d in found}})
+    state = State(coordinator.me.host, t, [], {}, {}, judged.current(), [],
+                  reporting=Reporting(reporting, coordinator.me if reporting else None))
+    given = (state, judged, state.diagnoses)
+    state, judged = handover.step(state, judged, RULES, coordinator)
+    assert given[0].diagnoses is given[2] and given[0].diagnoses == given[1].current()  # new values, the old kept
+    judgements.append(judged)
+    assert judged.current() == state.diagnoses and list(judged.resolved) == state.resolved
     return state
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
-from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.analysis.engine import Diagnosis, Engine, EngineState
 from kdiag.core.history import History
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.analysis.subject_kinds import compute_signals
@@ -24,11 +24,13 @@ def brokers_listed(ids: list[int]) -> list[Sample]:
 def run(snapshot: Callable[[float], list[Sample]], seconds: float, local_broker: int | None = None) -> list[Diagnosis]:
     """Feed one snapshot every STEP seconds through the shipped catalog; the diagnoses at the end."""
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), local_broker)
+    judged = EngineState()
     diagnoses: list[Diagnosis] = []
     for i in range(int(seconds / STEP) + 1):
         t = 1764430000.0 + i * STEP
         history.add(t, snapshot(t - 1764430000.0))
-        diagnoses = engine.evaluate(t, compute_signals(history, 30.0))
+        judged = engine.evaluate(judged, t, compute_signals(history, 30.0))
+        diagnoses = judged.current()
     return diagnoses
 
 

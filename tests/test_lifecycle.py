@@ -269,7 +269,7 @@ class InProcess:
 
     def diagnoses(self) -> dict[str, dict]:
         """The published /api/diagnoses by rule id."""
-        return {d["rule"]: d for d in json.loads(self.daemon.published.diagnoses)["diagnoses"]}
+        return {d["rule"]: d for d in json.loads(self.daemon.services.published.diagnoses)["diagnoses"]}
 
     def step_until(self, check, what: str, steps: int = 200):
         """Step cycles until check() holds."""
@@ -281,9 +281,9 @@ class InProcess:
 
     def close(self) -> None:
         """Release the exporter's socket (never started) and the state dir's lock."""
-        self.daemon.exporter.socket.close()
-        if self.daemon.state_file:
-            self.daemon.state_file.close()
+        self.daemon.services.exporter.socket.close()
+        if self.daemon.services.state_file:
+            self.daemon.services.state_file.close()
 
 
 def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, caplog):
@@ -293,6 +293,7 @@ def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, c
     extra.mkdir()
     config = write_config(tmp_path / "kdiag.yaml", state_dir="")
     k = InProcess(config, default_rules_dir(), extra, recording=recording)
+    running = k.daemon.services
     storm = k.step_until(lambda: (d := k.diagnoses().get("small_packet_storm")) and d["state"] == "firing" and d,
                          "small_packet_storm firing")
 
@@ -317,7 +318,12 @@ def test_a_reload_swaps_rules_keeps_history_and_refuses_broken_input(tmp_path, c
     assert f"reload refused, the running config stays: {config}: interval: 'soon' is not a duration" in caplog.text
     write_config(config, state_dir="", signal_window="2m")
     k.daemon.reload()
-    assert k.daemon.pipeline.window == 120.0 and "reloaded: " in caplog.records[-1].getMessage()
+    services = k.daemon.services
+    assert services.pipeline.window == 120.0 and "reloaded: " in caplog.records[-1].getMessage()
+    assert services.config.signal_window == 120.0 and "reload_marker" in {r.id for r in services.rules}
+    # Swapped whole, over the same collectors, web server and published bytes: a reload restarts none of them.
+    assert services is not running and services.pipeline is not running.pipeline
+    assert all(getattr(services, part) is getattr(running, part) for part in ("collectors", "exporter", "published"))
     k.daemon.step()
     assert k.diagnoses()["small_packet_storm"]["since"] == storm["since"]
     k.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kdiag.analysis.catalog import load_catalog
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.app.wiring import replay
 from kdiag.config.settings import load_config
 from kdiag.core.quote import printable
@@ -87,7 +87,7 @@ def hostile_state(tmp_path: Path) -> State:
     rules = tmp_path / "r.yaml"
     rules.write_text(TOPIC_RULE)
     signals = {"topic": {t: {"name": t, "leader_skew_ratio": 3.0} for t in HOSTILE}}
-    diagnoses = Engine(load_catalog([rules])).evaluate(0.0, signals)
+    diagnoses = Engine(load_catalog([rules])).evaluate(EngineState(), 0.0, signals).current()
     samples = []
     for i, text in enumerate(HOSTILE):
         samples += [sample("kdiag_process_info", 1, GAUGE, pid=i, comm=text, cmdline=f"java {text}", cwd=text),
@@ -158,7 +158,7 @@ def test_causes_come_first_with_the_symptoms_they_explain_nested(tmp_path):
   source: tests
 """)
     signals = {"topic": {"t1": {"name": "t1", "leader_skew_ratio": 3.0}}}
-    state = State("h", 1.0, [], {}, signals, Engine(load_catalog([rules])).evaluate(1.0, signals))
+    state = State("h", 1.0, [], {}, signals, Engine(load_catalog([rules])).evaluate(EngineState(), 1.0, signals).current())
     page = LivePage(900).update(state, 5.0)[0].decode()
     cause = page.index('data-rule="skew"')
     symptom = page.index('data-rule="slow"')
@@ -185,11 +185,13 @@ def test_the_live_history_keeps_its_window_and_follows_a_resolved_diagnosis(tmp_
     rules = tmp_path / "r.yaml"
     rules.write_text(TOPIC_RULE)
     engine = Engine(load_catalog([rules]))
+    judged = EngineState()
     history = EvidenceHistory(window=20.0)
     for t in range(0, 60, 5):
         ratio = 3.0 if t < 30 else 1.0  # resolves at 30 s
         signals = {"topic": {"t1": {"name": "t1", "leader_skew_ratio": ratio + t / 100}}}
-        history.record(State("h", float(t), [], {}, signals, engine.evaluate(float(t), signals)))
+        judged = engine.evaluate(judged, float(t), signals)
+        history.record(State("h", float(t), [], {}, signals, judged.current()))
         if t == 45:
             points = history.series[("skew", "t1")]["leader_skew_ratio"]
             assert [p[0] for p in points] == [25.0, 30.0, 35.0, 40.0, 45.0]  # evidence goes on after it resolved

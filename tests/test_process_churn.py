@@ -30,7 +30,7 @@ def leftovers(pipeline: Pipeline, published: Published, pids: set[str]) -> list[
         "history": [dict(key[1]).get("pid") for key in pipeline.history._points],
         "processes collector": [str(pid) for pid in procs.table.known],
         "engine held": [sid for _, sid in held(pipeline)],
-        "engine active": [d.subject.split()[1] for d in pipeline.engine.active.values() if d.subject.startswith("pid ")],
+        "engine active": [d.subject.split()[1] for d in pipeline.judged.active.values() if d.subject.startswith("pid ")],
         "exposition": [pid for pid in pids if f'pid="{pid}"'.encode() in published.metrics],
     }
     return [f"{where}: pid {pid}" for where, found in places.items() for pid in set(found) & pids]
@@ -44,8 +44,8 @@ def test_a_dead_process_leaves_no_state_once_the_history_forgets_it(tmp_path):
     config = Config()
     config.processes.log_dirs = [str(log_dir)]
     config.processes.top_n = 1000  # every reader gets its series on this busy host
-    pipeline = Pipeline(CollectorSet(host_collectors(config), 30.0), load_rules(config), "churn",
-                        history_seconds=RETENTION, window=2.0)
+    pipeline = Pipeline(CollectorSet(host_collectors(config)), load_rules(config), "churn",
+                        history_seconds=RETENTION, window=2.0, collector_timeout=30.0)
     published = Published()
 
     def step() -> None:

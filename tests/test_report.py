@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kdiag.config.settings import Config
 from kdiag.app.wiring import load_rules
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.runtime.pipeline import State
 from kdiag.report.text import render_text
 
@@ -16,9 +16,11 @@ SLOW = {"produce_p99_seconds": 2.0, "end_to_end_p99_seconds": 2.1, "slo_seconds"
 
 def report(signals: dict) -> str:
     engine = Engine(load_rules(Config()))
+    judged = EngineState()
     longest = max(r.for_seconds for r in engine.rules)
     for t in (0.0, longest):  # every rule that holds is firing
-        diagnoses = engine.evaluate(t, signals)
+        judged = engine.evaluate(judged, t, signals)
+        diagnoses = judged.current()
     assert all(d.state == "firing" for d in diagnoses)
     return render_text(State("broker-1", longest, [], {}, signals, diagnoses))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from kdiag.analysis.catalog import load_catalog
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.cli.main import wants_color
 from kdiag.report.text import render_text
 from kdiag.runtime.pipeline import State
@@ -31,7 +31,7 @@ def state(tmp_path) -> State:
     rules = tmp_path / "r.yaml"
     rules.write_text(RULE)
     signals = {"topic": {"\x1b[2Jt": {"name": "\x1b[2Jt", "leader_skew_ratio": 3.0}}}
-    return State("h", 1.0, [], {}, signals, Engine(load_catalog([rules])).evaluate(1.0, signals))
+    return State("h", 1.0, [], {}, signals, Engine(load_catalog([rules])).evaluate(EngineState(), 1.0, signals).current())
 
 
 def test_severity_and_state_are_coloured_only_when_asked(tmp_path):

@@ -30,7 +30,7 @@ def test_a_misspelled_kind_or_state_is_a_type_error(tmp_path):
         "from kdiag.core.sample import sample\n"
         "sample('x', 1.0, 'gauges')\n"
         "def mark(d: Diagnosis, r: Rule) -> None:\n"
-        "    d.state = 'resolved'\n"
+        "    Diagnosis(r, d.subject, d.since, 'resolved')\n"
         "    r.kind = 'symptoms'\n")
     result = mypy("--config-file", "mypy.ini", "uses.py", cwd=tmp_path)
     errors = [line.split(": error: ")[0] for line in result.stdout.splitlines() if ": error: " in line]

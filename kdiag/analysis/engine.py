@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 import cel
@@ -15,9 +16,10 @@ from kdiag.analysis.signals import Signals
 log = logging.getLogger(__name__)
 
 DiagnosisState = Literal["pending", "firing"]
+Key = tuple[str, str]  # (rule id, subject)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Diagnosis:
     """A rule whose condition holds for one subject: pending until `for` has passed, then firing."""
 
@@ -68,6 +70,18 @@ def _put(context: cel.Context, variables: dict[str, Signals]) -> None:
                         for var, signals in variables.items()})
 
 
+@dataclass(frozen=True)
+class EngineState:
+    """What one evaluation leaves for the next: the active diagnoses and those that resolved at it."""
+
+    active: Mapping[Key, Diagnosis] = field(default_factory=dict)
+    resolved: tuple[Diagnosis, ...] = ()
+
+    def current(self) -> list[Diagnosis]:
+        """The active diagnoses, causes first, then symptoms, then lints."""
+        return sorted(self.active.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
+
+
 class _KindHeld(NamedTuple):
     """What one subject kind's last evaluation stood on and found."""
 
@@ -90,18 +104,16 @@ class Engine:
         # Every daemon sees every broker (metadata, configs), but a host-scope rule compares a broker with this host:
         # once the local broker is known, another broker's subject is left to the daemon on its own host.
         self._foreign_rules = {each: [r for r in rules if r.scope == "cluster"] for each, rules in self._by_subject.items()}
-        self.active: dict[tuple[str, str], Diagnosis] = {}
-        self.resolved: list[Diagnosis] = []
         self._failing: set[str] = set()
         # The global subjects each kind's conditions read: a subject whose inputs did not change holds the same rules.
         self._reads = {each: sorted({v for r in rules for v in r.program.variables()} & set(GLOBAL_SUBJECTS))
                        for each, rules in self._by_subject.items()}
         self._held: dict[str, _KindHeld] = {}
 
-    def evaluate(self, t: float, signals: dict[str, dict[str, Signals]]) -> list[Diagnosis]:
-        """Advance every rule to time t; returns the active diagnoses and sets `resolved`."""
+    def evaluate(self, last: EngineState, t: float, signals: dict[str, dict[str, Signals]]) -> EngineState:
+        """Every rule advanced from the last judgement to time t: the diagnoses active then, and the firing ones that ended."""
         globals_ = {g: next(iter(signals.get(g, {}).values()), {}) for g in GLOBAL_SUBJECTS}
-        holding: dict[tuple[str, str], Diagnosis] = {}
+        holding: dict[Key, Diagnosis] = {}
         held_now: dict[str, _KindHeld] = {}
         # Converting signals to CEL values is the expensive part: the globals once per cycle, `it` once per subject
         # (a fresh Context per subject cost 0.4 ms each on a 128-CPU host, 80 ms a cycle).
@@ -127,13 +139,11 @@ class Engine:
             for subject, held_rules in kind.holding:
                 scope = {**globals_, "it": subject}
                 for rule in held_rules:
-                    self._hold(rule, subject, scope, t, holding)
+                    d = self._hold(last.active.get((rule.id, str(subject.get("name", "")))), rule, subject, scope, t)
+                    holding[(rule.id, d.subject)] = d
         self._held = held_now
-        self.resolved = [d for k, d in self.active.items() if k not in holding and d.state == "firing"]
-        for d in self.resolved:
-            d.ended = t
-        self.active = holding
-        return self.current()
+        resolved = tuple(replace(d, ended=t) for k, d in last.active.items() if k not in holding and d.state == "firing")
+        return EngineState(holding, resolved)
 
     def _local(self, each: str, sid: str) -> bool:
         """Whether host-scope rules apply to this subject: any but another host's broker."""
@@ -143,23 +153,18 @@ class Engine:
         _put(context, {"it": subject})
         return [rule for rule in rules if self._holds(rule, context)]
 
-    def current(self) -> list[Diagnosis]:
-        """The active diagnoses, causes first, then symptoms, then lints."""
-        return sorted(self.active.values(), key=lambda d: (KINDS.index(d.rule.kind), d.rule.id, d.subject))
-
-    def _hold(self, rule: Rule, subject: Signals, scope: dict[str, Signals], t: float,
-              holding: dict[tuple[str, str], Diagnosis]) -> None:
-        key = (rule.id, str(subject.get("name", "")))
-        d = self.active.get(key) or Diagnosis(rule, key[1], since=t)
-        d.state = "firing" if t - d.since >= rule.for_seconds else "pending"
-        d.summary = render(rule.summary, scope)
-        d.evidence = {(name if var == "it" else f"{var}.{name}"): scope[var][name]
-                      for var, name in rule.evidence if name in scope[var]}
+    def _hold(self, was: Diagnosis | None, rule: Rule, subject: Signals, scope: dict[str, Signals],
+              t: float) -> Diagnosis:
+        """The diagnosis of a rule holding for subject at t: `was`'s since kept, the rest as the scope says now."""
+        since = was.since if was else t
         if "on_brokers" in subject:
-            d.brokers = frozenset(str(subject["on_brokers"]).split(","))
+            brokers: frozenset[str] | None = frozenset(str(subject["on_brokers"]).split(","))
         else:
-            d.brokers = self.local_brokers if rule.scope == "host" else None
-        holding[key] = d
+            brokers = self.local_brokers if rule.scope == "host" else None
+        return Diagnosis(rule, str(subject.get("name", "")), since,
+                         "firing" if t - since >= rule.for_seconds else "pending", render(rule.summary, scope),
+                         {(name if var == "it" else f"{var}.{name}"): scope[var][name]
+                          for var, name in rule.evidence if name in scope[var]}, brokers=brokers)
 
     def _holds(self, rule: Rule, context: cel.Context) -> bool:
         try:

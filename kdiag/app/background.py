@@ -27,7 +27,7 @@ class Background:
     """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
 
     def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False):
-        self.collectors = CollectorSet(collectors, timeout)
+        self.collectors = CollectorSet(collectors)
         self.timeout = timeout
         self.root = root
         self.every = every
@@ -49,7 +49,7 @@ class Background:
             with self._lock:  # nothing new to collect (no JmxTool row since): the job is alive, its samples stay
                 self._at = start
             return
-        samples = self.collectors.run(self.root)
+        samples = self.collectors.run(self.root, self.timeout)
         self._runs += 1
         # A fetch that takes long or costs much (tens of thousands of partitions, a thousand groups) spaces out the
         # next ones so Kafka work stays a small share of the host; the job still fires every `every` and skips until
@@ -73,16 +73,19 @@ class Background:
             self._next = 0.0
         self.slowdown = factor
 
+    def retime(self, timeout: float) -> None:
+        """Give each run this deadline from the next on (a reload)."""
+        self.timeout = timeout
+
     def latest(self) -> tuple[list[Sample], dict[str, Health]]:
         """The last samples and the health of each collector; none, and failed, when the job has not run for long."""
         with self._lock:
-            samples, health = self._samples, {k: dataclasses.replace(h) for k, h in self.collectors.health.items()}
+            samples, health = self._samples, dict(self.collectors.health)
             age = time.monotonic() - self._at
         if age <= 2 * self.period + self.timeout:
             return samples, health
-        for h in health.values():
-            h.success, h.error = False, f"stale: its job last completed {age:.0f}s ago"
-        return [], health
+        stale = f"stale: its job last completed {age:.0f}s ago"
+        return [], {k: dataclasses.replace(h, success=False, error=stale) for k, h in health.items()}
 
 
 class Asked(Generic[T]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.analysis.catalog import Rule
@@ -28,9 +28,9 @@ from kdiag.serve.exporter import Published
 from kdiag.serve.webserver import Exporter
 
 
-@dataclass
+@dataclass(frozen=True)
 class Services:
-    """Everything `kdiag run` runs, built and connected, none started."""
+    """Everything `kdiag run` runs, built and connected, none started; a reload swaps them whole (rebuild)."""
 
     config: Config
     recording: Recording | None
@@ -53,8 +53,7 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     """Wire collectors, pipeline, state file, exporter, background jobs, probe, coordinator and pusher for config."""
     rules = load_rules(config)
     root = Root(config.procfs, config.sysfs)
-    collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config),
-                              config.collector_timeout)
+    collectors = CollectorSet(replay_collectors(config, recording) if recording else host_collectors(config))
     background: list[Background] = []
     live: dict[str, Collector] = {}
     jobs: dict[str, Background] = {}
@@ -69,7 +68,7 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     host = recording.host if recording else socket.gethostname()
     kafka = config.kafka
     pipeline = Pipeline(collectors, rules, host, config.history, config.signal_window, kafka.cluster_name,
-                        kafka.local_broker_id)
+                        kafka.local_broker_id, config.collector_timeout)
     path = state_path(config.state_dir, replay=recording is not None)
     state_file = StateFile(path, host) if path else None
     if state_file:
@@ -85,10 +84,8 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     handover = None
     if coordinator and coordinator.worker:
         admin = live.get("admin")
-        assert admin is None or isinstance(admin, KafkaAdminCollector)
-        if admin is not None:
-            admin.full = False  # until elected: the reporter alone reads cluster-wide state
-        handover = Handover(host, admin, jobs["admin"].slow_down if "admin" in jobs else None)
+        handover = Handover(host, admin if isinstance(admin, KafkaAdminCollector) else None,
+                            jobs["admin"].slow_down if "admin" in jobs else None)
     pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
                           authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
     interval = recording.interval if recording else config.interval
@@ -99,6 +96,20 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on])
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
                     Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, page, handover)
+
+
+def rebuild(config: Config, running: Services) -> Services:
+    """The services for a re-read config: its catalog and a pipeline with its signal window and collector deadline over
+    the running collectors and their history, Kafka clients, probe and web server, none restarted (the Kafka jobs and
+    /healthz take the new deadlines). Raises what load_rules raises, changing nothing then; what else changed takes
+    effect at the next restart."""
+    rules = load_rules(config)
+    for background in running.background:
+        background.retime(kafka_deadline(config))
+    interval = running.recording.interval if running.recording else config.interval
+    running.published.retime(stale_after(config, interval), interval)
+    return replace(running, config=config, rules=rules,
+                   pipeline=running.pipeline.reloaded(rules, config.signal_window, config.collector_timeout))
 
 
 def stale_after(config: Config, interval: float) -> float:

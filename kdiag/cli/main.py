@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # partition admin state): collecting every 700 of them doubled its CPU (94 ms against 42 without collections).
     gc.freeze()
     gc.set_threshold(10_000, 10, 10)
-    print(f"kdiag {__version__}: serving {daemon.exporter.scheme}://{config.listen}/metrics "
+    print(f"kdiag {__version__}: serving {daemon.services.exporter.scheme}://{config.listen}/metrics "
           f"{'replaying ' + str(args.from_) if recording else 'from ' + config.procfs}", flush=True)
     daemon.serve_forever()
     return 0

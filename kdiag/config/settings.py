@@ -71,6 +71,14 @@ class ProcessesConfig:
     log_dirs: list[str] = field(default_factory=list)
     cmdline: str = MASKED  # the kdiag_process_info cmdline label: masked | full | off
 
+    def validate(self) -> None:
+        """Take `redacted`, the name of `masked`'s predecessor in configs written before it, as masked; ValueError on
+        another mode."""
+        if self.cmdline == "redacted":
+            self.cmdline = MASKED
+        if self.cmdline not in CMDLINE_MODES:
+            raise ValueError(f"cmdline: {quote(self.cmdline)} is not {', '.join(CMDLINE_MODES)}")
+
 
 @dataclass
 class NicConfig:
@@ -219,14 +227,11 @@ class Config:
             raise ConfigError(f"listen: {quote(self.listen)} is not host:port")
         if self.history < 10 * self.interval:
             raise ConfigError("history: must hold at least 10 intervals")
-        if self.processes.cmdline == "redacted":  # the name of `masked`'s predecessor in configs written before it
-            self.processes.cmdline = MASKED
-        if self.processes.cmdline not in CMDLINE_MODES:
-            raise ConfigError(f"processes.cmdline: {quote(self.processes.cmdline)} is not {', '.join(CMDLINE_MODES)}")
-        try:
-            self.probe.validate()
-        except ValueError as e:
-            raise ConfigError(f"probe.{e}") from None
+        for name, part in (("processes", self.processes), ("probe", self.probe)):
+            try:
+                part.validate()
+            except ValueError as e:
+                raise ConfigError(f"{name}.{e}") from None
         if self.kafka.jmx and not self.kafka.bootstrap_servers:
             raise ConfigError("kafka.jmx: set kafka.bootstrap_servers too")
         self.kafka.validate()

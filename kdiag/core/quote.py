@@ -16,14 +16,17 @@ LABEL_LIMIT = 300  # also the longest collector error reason kdiag exports (MAX_
 class _Repr(reprlib.Repr):
     """reprlib stops early on long strings, big containers and deep nesting, so quoting a huge value is cheap."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxstring = self.maxother = self.maxlong = LIMIT
+        self.maxlevel = 3
+
     def repr_int(self, x: int, level: int) -> str:
         # repr() of an int over 4300 digits raises ValueError; far smaller ones are already unreadable.
         return super().repr_int(x, level) if x.bit_length() <= 256 else f"<an integer of {x.bit_length()} bits>"
 
 
 _REPR = _Repr()
-_REPR.maxstring = _REPR.maxother = _REPR.maxlong = LIMIT
-_REPR.maxlevel = 3
 
 
 def quote(value: Any, limit: int = LIMIT) -> str:

@@ -124,7 +124,7 @@ def kafka_settings(args: list[str], read) -> tuple[str, dict[str, str]]:
 
 def parse_listeners(settings: dict[str, str]) -> tuple[list[Listener], set[int], list[str]]:
     """(client listeners, every listening port, problems) of a broker's settings."""
-    problems = []
+    problems: list[str] = []
     protocol_map = {p: p for p in PROTOCOLS}
     for pair in filter(None, settings.get("listener.security.protocol.map", "").split(",")):
         name, _, protocol = pair.strip().partition(":")
@@ -188,7 +188,6 @@ def jmx_endpoint(props: dict[str, str], read) -> tuple[str, bool, bool]:
 
 def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
     """One broker process: its settings read from its own command line and files."""
-    broker = Broker(pid)
     try:
         cwd = root.readlink("proc", f"{pid}/cwd")
     except OSError:
@@ -201,46 +200,52 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
         return host_file(root, pid, absolute(path))
 
     props, classpath, args = jvm_options(argv)
+    problems: list[str] = []
     try:
         path, settings = kafka_settings(args, read)
     except (OSError, ValueError) as e:
-        broker.problems.append(f"cannot read its server.properties ({e})")
+        problems.append(f"cannot read its server.properties ({e})")
         settings, path = {}, ""
-    broker.properties_path = absolute(path) if path else ""
-    broker.zookeeper = bool(settings.get("zookeeper.connect", "").strip()) and "process.roles" not in settings
+    properties_path = absolute(path) if path else ""
+    zookeeper = bool(settings.get("zookeeper.connect", "").strip()) and "process.roles" not in settings
+    log_dirs: list[str] = []
     if settings:
         dirs = settings.get("log.dirs") or settings.get("log.dir") or "/tmp/kafka-logs"
-        broker.log_dirs = [absolute(d.strip()) for d in dirs.split(",") if d.strip()]
-    _read_node_id(broker, settings, read)
+        log_dirs = [absolute(d.strip()) for d in dirs.split(",") if d.strip()]
+    node_id, node_id_source = _read_node_id(settings, properties_path, zookeeper, log_dirs, read, problems)
     roles = {r.strip() for r in settings.get("process.roles", "broker").split(",")}
-    broker.controller_only = "broker" not in roles
-    broker.listeners, broker.ports, problems = parse_listeners(settings)
-    broker.problems += problems
+    listeners, ports, listener_problems = parse_listeners(settings)
+    problems += listener_problems
+    jmx, jmx_auth, jmx_ssl = "", False, False
     try:
-        broker.jmx, broker.jmx_auth, broker.jmx_ssl = jmx_endpoint(props, read)
+        jmx, jmx_auth, jmx_ssl = jmx_endpoint(props, read)
     except OSError as e:
-        broker.problems.append(f"cannot read its JMX config file ({e.strerror or e})")
+        problems.append(f"cannot read its JMX config file ({e.strerror or e})")
     # kafka-run-class.sh builds it from its own path (bin/../libs/x.jar): relative entries are the broker's cwd's.
-    broker.classpath = ":".join(absolute(e) for e in classpath.split(":") if e)
-    return broker
+    return Broker(pid, properties_path=properties_path, node_id=node_id, node_id_source=node_id_source,
+                  zookeeper=zookeeper, listeners=listeners, ports=ports, log_dirs=log_dirs, jmx=jmx, jmx_auth=jmx_auth,
+                  jmx_ssl=jmx_ssl, classpath=":".join(absolute(e) for e in classpath.split(":") if e),
+                  controller_only="broker" not in roles, problems=problems)
 
 
-def _read_node_id(broker: Broker, settings: dict[str, str], read) -> None:
-    """node.id (KRaft) or broker.id (ZooKeeper); a ZooKeeper broker without one (or -1) got an id generated at its
-    first start (broker.id.generation.enable), which its log dirs' meta.properties keep."""
+def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: bool, log_dirs: list[str], read,
+                  problems: list[str]) -> tuple[int | None, str]:
+    """node.id (KRaft) or broker.id (ZooKeeper), and where it was read; a ZooKeeper broker without one (or -1) got an
+    id generated at its first start (broker.id.generation.enable), which its log dirs' meta.properties keep."""
     key = "node.id" if "node.id" in settings else "broker.id"
     value = settings.get(key, "").strip()
-    where = f"{key} in {broker.properties_path}"
-    if value in ("", "-1") and broker.zookeeper and broker.log_dirs:
-        meta = os.path.join(broker.log_dirs[0], "meta.properties")
+    where = f"{key} in {properties_path}"
+    if value in ("", "-1") and zookeeper and log_dirs:
+        meta = os.path.join(log_dirs[0], "meta.properties")
         try:
             value, where = parse_properties(read(meta)).get("broker.id", "").strip(), f"broker.id in {meta} (generated)"
         except (OSError, ValueError):
             value = ""
     if value.isdigit():
-        broker.node_id, broker.node_id_source = int(value), where
-    elif value not in ("", "-1"):
-        broker.problems.append(f"{key} is not a node id (an integer from 0)")
+        return int(value), where
+    if value not in ("", "-1"):
+        problems.append(f"{key} is not a node id (an integer from 0)")
+    return None, ""
 
 
 def host_file(root: Root, pid: int, path: str) -> str:

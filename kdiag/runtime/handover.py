@@ -10,9 +10,11 @@ pending one its timer. Until its own cluster-wide fetches give it rates again, i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.analysis.catalog import Rule
+from kdiag.analysis.engine import Diagnosis, EngineState, Key
 from kdiag.analysis.statefile import decode, encode
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.kafka.coordination_process import CoordinatorProcess
@@ -26,7 +28,6 @@ STANDBY_SLOWDOWN = 20.0
 # The reporter publishes when a cluster-scope diagnosis comes, goes or changes state or since, else once a minute (its
 # evidence values, and a sign of life): every record ends each standby's long poll of the state topic with a Fetch.
 REPUBLISH_SECONDS = 60.0
-Key = tuple[str, str]
 
 
 def cluster_scope(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
@@ -34,13 +35,13 @@ def cluster_scope(diagnoses: list[Diagnosis]) -> list[Diagnosis]:
     return [d for d in diagnoses if d.rule.scope == "cluster"]
 
 
-def published_diagnoses(record: Any, engine: Engine, now: float) -> list[Diagnosis]:
+def published_diagnoses(record: Any, rules: list[Rule], now: float) -> list[Diagnosis]:
     """The cluster-scope diagnoses of a published record whose rules this daemon has; none when it is malformed,
     another format or older than a state file may be (statefile.RESTORE_WITHIN_SECONDS)."""
     if not isinstance(record, dict):
         return []
     try:
-        got, _dropped = decode(record, str(record.get("host")), {r.id: r for r in engine.rules}, now)
+        got, _dropped = decode(record, str(record.get("host")), {r.id: r for r in rules}, now)
     except ValueError:
         return []
     return cluster_scope(got)
@@ -53,34 +54,37 @@ class Handover:
                  slow_admin: Callable[[float], None] | None = None):
         self.host = host
         self.admin = admin
+        if admin is not None:
+            admin.set_full(False)  # until elected: the reporter alone reads cluster-wide state
         self.slow_admin = slow_admin  # the admin job's slow_down
         self._held: dict[Key, Diagnosis] = {}  # the published diagnoses, kept until a new reporter is warm
         self._elected_at: int | None = None  # the admin's full fetches when this daemon was elected
         self._warm = False
         self._published: tuple[float, list[tuple[str, str, str, float]]] | None = None  # when, and what it said
 
-    def step(self, state: State, engine: Engine, coordinator: CoordinatorProcess) -> None:
-        """Adopt the published cluster-scope diagnoses (not reporting), hold them (reporting, not yet warm), and
-        publish this daemon's (reporting)."""
+    def step(self, state: State, judged: EngineState, rules: list[Rule],
+             coordinator: CoordinatorProcess) -> tuple[State, EngineState]:
+        """The cycle's state and the engine's judgement with the published cluster-scope diagnoses adopted (not
+        reporting) or held (reporting, not yet warm); publishes this daemon's (reporting)."""
         reporting = state.reporting.reporting
         if self.admin is not None:
-            self.admin.full = reporting  # from the next fetch on
+            self.admin.set_full(reporting)  # from the next fetch on
         if self.slow_admin is not None:
             self.slow_admin(1.0 if reporting else STANDBY_SLOWDOWN)  # elected: a full fetch at the admin job's next tick
         if not reporting:
             self._elected_at, self._warm, self._published = None, False, None
-            self._held = {(d.rule.id, d.subject): d for d in published_diagnoses(coordinator.published, engine, state.time)}
-            self._replace(state, engine, dict(self._held))
-            return
+            self._held = {(d.rule.id, d.subject): d for d in published_diagnoses(coordinator.published, rules, state.time)}
+            return _replace(state, judged, dict(self._held))
         if not self._warm:
-            self._hold(state, engine)
+            state, judged = self._hold(state, judged)
         cluster = cluster_scope(state.diagnoses)
         said: list[tuple[str, str, str, float]] = sorted((d.rule.id, d.subject, d.state, d.since) for d in cluster)
         if self._published is None or said != self._published[1] or state.time - self._published[0] >= REPUBLISH_SECONDS:
             coordinator.publish(encode(self.host, state.time, cluster))
             self._published = (state.time, said)
+        return state, judged
 
-    def _hold(self, state: State, engine: Engine) -> None:
+    def _hold(self, state: State, judged: EngineState) -> tuple[State, EngineState]:
         fetched = self.admin.full_fetches if self.admin is not None else 0
         if self._elected_at is None:
             self._elected_at = fetched
@@ -89,16 +93,14 @@ class Handover:
         own = {(d.rule.id, d.subject): d for d in cluster_scope(state.diagnoses)}
         for key, d in self._held.items():
             if key not in own:
-                d.state = "firing" if state.time - d.since >= d.rule.for_seconds else "pending"
-                own[key] = d
-        self._replace(state, engine, own)
+                own[key] = replace(d, state="firing" if state.time - d.since >= d.rule.for_seconds else "pending")
+        return _replace(state, judged, own)
 
-    @staticmethod
-    def _replace(state: State, engine: Engine, cluster: dict[Key, Diagnosis]) -> None:
-        """Make `cluster` the engine's and the state's cluster-scope diagnoses (none of the others resolved)."""
-        engine.active = {**{k: d for k, d in engine.active.items() if d.rule.scope != "cluster"}, **cluster}
-        reporting = state.reporting.reporting
-        engine.resolved = [d for d in engine.resolved
-                           if d.rule.scope != "cluster" or (reporting and (d.rule.id, d.subject) not in cluster)]
-        state.diagnoses = engine.current()
-        state.resolved = list(engine.resolved)
+
+def _replace(state: State, judged: EngineState, cluster: dict[Key, Diagnosis]) -> tuple[State, EngineState]:
+    """The state and judgement with `cluster` as their cluster-scope diagnoses (none of the others resolved)."""
+    reporting = state.reporting.reporting
+    now = EngineState({**{k: d for k, d in judged.active.items() if d.rule.scope != "cluster"}, **cluster},
+                      tuple(d for d in judged.resolved
+                            if d.rule.scope != "cluster" or (reporting and (d.rule.id, d.subject) not in cluster)))
+    return replace(state, diagnoses=now.current(), resolved=list(now.resolved)), now

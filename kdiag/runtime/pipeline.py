@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kdiag.collectors import Collector
 from kdiag.analysis.catalog import Rule
-from kdiag.analysis.engine import Diagnosis, Engine
+from kdiag.analysis.engine import Diagnosis, Engine, EngineState
 from kdiag.core.history import History
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
@@ -25,7 +24,7 @@ from kdiag.analysis.subject_kinds import SignalCache
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Health:
     """How one collector did on its last run."""
 
@@ -89,9 +88,8 @@ class CollectorSet:
     (a blocked read cannot be interrupted), keeps that thread, and its collector is not started again while it goes.
     """
 
-    def __init__(self, collectors: list[Collector], timeout: float | None = None):
+    def __init__(self, collectors: list[Collector]):
         self.collectors = collectors
-        self.timeout = timeout
         self.health: dict[str, Health] = {c.name: Health() for c in collectors}
         self._worker: _Worker | None = None
         self._hung: dict[str, _Worker] = {}  # a collector's run past its deadline, and the worker it holds
@@ -101,42 +99,41 @@ class CollectorSet:
         for c in self.collectors:
             c.close()
 
-    def run(self, root: Root) -> list[Sample]:
-        """Samples from every collector that succeeded; failures are logged once per failure streak."""
+    def run(self, root: Root, timeout: float | None = None) -> list[Sample]:
+        """Samples from every collector that succeeded, each within timeout (None: in this thread, without one);
+        failures are logged once per failure streak."""
         samples: list[Sample] = []
         for c in self.collectors:
             health = self.health[c.name]
             start = time.perf_counter()
             try:
-                got, cpu = self._collect(c, root)
+                got, cpu = self._collect(c, root, timeout)
             except Exception as e:  # any failure of one source only degrades that source
-                health.duration = time.perf_counter() - start
                 message = str(e) if isinstance(e, CollectorTimeout) else f"{type(e).__name__}: {e}"
                 if health.success or not health.error:
                     log.warning("collector %s failed: %s", c.name, message)
-                health.success, health.error = False, message
+                self.health[c.name] = replace(health, success=False, error=message,
+                                              duration=time.perf_counter() - start)
                 continue
-            health.duration = time.perf_counter() - start
-            health.cpu = cpu + c.child_cpu_seconds
-            health.success, health.error, health.last_success = True, "", root.now()
+            self.health[c.name] = Health(True, time.perf_counter() - start, root.now(), "", cpu + c.child_cpu_seconds)
             samples.extend(got)
         return samples
 
-    def _collect(self, c: Collector, root: Root) -> tuple[list[Sample], float]:
+    def _collect(self, c: Collector, root: Root, timeout: float | None) -> tuple[list[Sample], float]:
         """The collector's samples and the CPU seconds of the thread that ran it."""
-        if self.timeout is None:
+        if timeout is None:
             start = time.thread_time()
             return c.collect(root), time.thread_time() - start
         hung = self._hung.get(c.name)
         if hung is not None:
             if hung.busy():
-                raise CollectorTimeout(f"timed out after {self.timeout:g}s (that run still hangs)")
+                raise CollectorTimeout(f"timed out after {timeout:g}s (that run still hangs)")
             self._hung.pop(c.name).stop()
         if self._worker is None:
             self._worker = _Worker()
         worker = self._worker
         try:
-            return worker.run(c, root, self.timeout)
+            return worker.run(c, root, timeout)
         except CollectorTimeout:
             # The worker stays with the hung run; the other collectors get a new one.
             self._hung[c.name], self._worker = worker, None
@@ -160,7 +157,7 @@ class State:
     resolved: list[Diagnosis] = field(default_factory=list)
     cluster: str = ""  # the `cluster` label (kdiag.analysis.scope.cluster_of); empty while unknown
     local_broker: int | None = None
-    reporting: Reporting = field(default_factory=Reporting)  # set by the daemon from its coordinator
+    reporting: Reporting = field(default_factory=Reporting)  # the daemon's coordinator's word, added after the step
     # The lists samples was joined from, in order (a carried batch is the same list while its job did not run again):
     # the exporter renders each once. Empty: samples is the only one.
     sources: list[list[Sample]] = field(default_factory=list, repr=False)
@@ -179,10 +176,12 @@ class Pipeline:
 
     def __init__(self, collectors: CollectorSet, rules: list[Rule], host: str,
                  history_seconds: float = 900.0, window: float = 30.0, cluster_name: str = "",
-                 local_broker: int | None = None):
+                 local_broker: int | None = None, collector_timeout: float | None = None):
         self.collectors = collectors
+        self.collector_timeout = collector_timeout
         self.local_broker = local_broker
         self.engine = Engine(rules, local_broker)
+        self.judged = EngineState()  # the engine's last judgement, which its next evaluation goes on from
         self.cluster_name = cluster_name
         self.cluster = cluster_name
         self.history = History(history_seconds)
@@ -190,8 +189,6 @@ class Pipeline:
         self.host = host
         self.window = window
         self._hold = False
-        # A reload (main thread) swaps the engine between two steps (collection thread), never during one.
-        self._lock = threading.Lock()
 
     def restart_history(self) -> None:
         """Forget the history (a replay looping back to its start) but keep the diagnoses' state."""
@@ -200,40 +197,45 @@ class Pipeline:
 
     def restore(self, diagnoses: list[Diagnosis]) -> None:
         """Start from diagnoses kept across a restart; the first step judges nothing (it has no rates yet)."""
-        with self._lock:
-            self.engine.active = {(d.rule.id, d.subject): d for d in diagnoses}
-            self._hold = bool(diagnoses)
+        self.judged = EngineState({(d.rule.id, d.subject): d for d in diagnoses})
+        self._hold = bool(diagnoses)
 
-    def replace_rules(self, rules: list[Rule]) -> None:
-        """Evaluate a new catalog from the next step on, keeping the state of diagnoses whose rule it still has."""
-        by_id = {r.id: r for r in rules}
-        with self._lock:
-            engine = Engine(rules, self.local_broker)
-            engine.active = {key: dataclasses.replace(d, rule=by_id[key[0]])
-                             for key, d in self.engine.active.items() if key[0] in by_id}
-            self.engine = engine
+    def adopt(self, judged: EngineState) -> None:
+        """Go on from a judgement the cluster-scope handover changed (kdiag.runtime.handover)."""
+        self.judged = judged
+
+    def reloaded(self, rules: list[Rule], window: float, collector_timeout: float | None) -> Pipeline:
+        """A pipeline over this one's collectors and history judging a new catalog; diagnoses whose rule it still has
+        keep their state. Only the new one steps from then on."""
+        new = Pipeline(self.collectors, rules, self.host, self.history.retention, window, self.cluster_name,
+                       self.local_broker, collector_timeout)
+        new._go_on_from(self)
+        return new
+
+    def _go_on_from(self, before: Pipeline) -> None:
+        by_id = {r.id: r for r in self.engine.rules}
+        self.history, self.signals, self.cluster, self._hold = before.history, before.signals, before.cluster, before._hold
+        self.judged = EngineState({key: replace(d, rule=by_id[key[0]])
+                                   for key, d in before.judged.active.items() if key[0] in by_id})
 
     def step(self, root: Root, extra: list[list[Sample]] | None = None,
              extra_health: dict[str, Health] | None = None, carried: list[list[Sample]] | None = None) -> State:
         """Collect at root.now() (plus lists of samples gathered elsewhere, and batches of carried ones an earlier step
         already added), then derive signals and diagnoses."""
         t = root.now()
-        new = [self.collectors.run(root), *(extra or ())]
+        new = [self.collectors.run(root, self.collector_timeout), *(extra or ())]
         fresh = [s for source in new for s in source]
         sources = [*new, *(carried or ())]
         samples = fresh + [s for batch in carried or () for s in batch]
         self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
-        with self._lock:
-            self.history.add(t, fresh, carried or ())
-            signals = self.signals.compute(self.history, self.window)
-            if self._hold:
-                # One snapshot gives no rates: judging on it would resolve everything that needs them.
-                self._hold = False
-                diagnoses = self.engine.current()
-                self.engine.resolved = []
-            else:
-                diagnoses = self.engine.evaluate(t, signals)
-            resolved = self.engine.resolved
+        self.history.add(t, fresh, carried or ())
+        signals = self.signals.compute(self.history, self.window)
+        if self._hold:
+            # One snapshot gives no rates: judging on it would resolve everything that needs them.
+            self._hold = False
+            self.judged = EngineState(self.judged.active)
+        else:
+            self.judged = self.engine.evaluate(self.judged, t, signals)
         health = {**self.collectors.health, **(extra_health or {})}
-        return State(self.host, t, samples, {k: Health(**vars(v)) for k, v in health.items()}, signals,
-                     diagnoses, resolved, self.cluster, self.local_broker, sources=sources)
+        return State(self.host, t, samples, health, signals, self.judged.current(), list(self.judged.resolved),
+                     self.cluster, self.local_broker, sources=sources)

@@ -303,6 +303,10 @@ class Published:
         self.dropped_total = 0.0
         self._families = FamilyCache()
 
+    def retime(self, stale_after: float, interval: float) -> None:
+        """A reloaded config's terms: how old a cycle may get before /healthz calls it stale, and the interval."""
+        self.stale_after, self.interval = stale_after, interval
+
     def publish(self, state: State, help_text: dict[str, str]) -> None:
         """Render a new state once (at most max_kafka_series Kafka series); scrapes then serve it as it is."""
         kafka = sum(len(members) for groups in self._families.groups(state.sources or [state.samples])

@@ -178,23 +178,27 @@ def load_web_config(path: str | Path) -> WebConfig:
         raise WebConfigError(str(e)) from None
     try:
         top = _mapping(data, "", {"tls_server_config", "http_server_config", "basic_auth_users"})
-        config = WebConfig(users=_users(top.get("basic_auth_users")), headers=_headers(top.get("http_server_config")),
-                           files=[path])
-        if config.users:
-            config.unknown_user_hash = _unknown_user_hash(max(int(h[4:6]) for h in config.users.values()))
+        users = _users(top.get("basic_auth_users"))
+        headers = _headers(top.get("http_server_config"))
+        tls: ssl.SSLContext | None = None
+        files: list[Path] = []
         if top.get("tls_server_config") is not None:
             # Relative file names are relative to the web config file, as in exporter-toolkit.
-            config.tls, files = _tls(_mapping(top["tls_server_config"], "tls_server_config", TLS_KEYS), path.parent)
-            config.files += files
+            tls, files = _tls(_mapping(top["tls_server_config"], "tls_server_config", TLS_KEYS), path.parent)
     except WebConfigError as e:
         raise WebConfigError(f"{path}: {e}") from None
-    return config
+    unknown = _unknown_user_hash(max(int(h[4:6]) for h in users.values())) if users else b""
+    return WebConfig(tls, users, unknown, headers, [path, *files])
 
 
 class CurrentTLS(ssl.SSLContext):
     """The listening socket's SSLContext: each new connection uses the context of the web config in force."""
 
     current: ssl.SSLContext
+
+    def use(self, context: ssl.SSLContext) -> None:
+        """Hand new connections this context from now on."""
+        self.current = context
 
     def wrap_bio(self, *args, **kwargs):
         """asyncio's TLS transport calls this per connection: hand it the current context's SSLObject."""
@@ -223,7 +227,7 @@ class WebConfigWatcher:
         self.tls: CurrentTLS | None = None
         if self.config.tls:
             self.tls = CurrentTLS(ssl.PROTOCOL_TLS_SERVER)
-            self.tls.current = self.config.tls
+            self.tls.use(self.config.tls)
 
     def poll(self) -> bool:
         """Re-read on change; True when a new config took over. A refused one is logged once and the old one kept."""
@@ -246,6 +250,6 @@ class WebConfigWatcher:
         self.config = new
         self._seen = _fingerprint(new.files)
         if self.tls and new.tls:
-            self.tls.current = new.tls
+            self.tls.use(new.tls)
         log.info("web config %s reloaded", self.path)
         return True

@@ -108,8 +108,19 @@ hypercorn.protocol.H11Protocol = _HTTP11Only  # type: ignore[misc]  # a delibera
 class _Hypercorn(HypercornConfig):
     """hypercorn's config with kdiag's listening socket and the web config's TLS context."""
 
-    tls: CurrentTLS | None = None
-    socket: _ListenSocket
+    def __init__(self, socket: _ListenSocket, tls: CurrentTLS | None):
+        self.tls = tls
+        self.socket = socket
+        self.backlog = BACKLOG
+        self.keep_alive_timeout = REQUEST_TIMEOUT_S
+        self.h11_max_incomplete_size = MAX_REQUEST_HEAD
+        self.alpn_protocols = ["http/1.1"]
+        self.ssl_handshake_timeout = TLS_HANDSHAKE_TIMEOUT_S
+        self.graceful_timeout = 1.0
+        self.include_server_header = False
+        # hypercorn's own INFO line ("Running on ... CTRL + C to quit") repeats the daemon's: warnings and errors only.
+        self.errorlog = logging.getLogger("kdiag.serve.webserver.hypercorn")
+        self.errorlog.setLevel(logging.WARNING)
 
     def create_sockets(self) -> Sockets:
         self.socket.setblocking(False)
@@ -212,19 +223,7 @@ class Exporter:
         self.app = App(published, self.web)
         self.socket = listen_socket(listen)
         self.address = self.socket.getsockname()
-        self.config = _Hypercorn()
-        self.config.tls = self.web.tls if self.web else None
-        self.config.socket = self.socket
-        self.config.backlog = BACKLOG
-        self.config.keep_alive_timeout = REQUEST_TIMEOUT_S
-        self.config.h11_max_incomplete_size = MAX_REQUEST_HEAD
-        self.config.alpn_protocols = ["http/1.1"]
-        self.config.ssl_handshake_timeout = TLS_HANDSHAKE_TIMEOUT_S
-        self.config.graceful_timeout = 1.0
-        self.config.include_server_header = False
-        # hypercorn's own INFO line ("Running on ... CTRL + C to quit") repeats the daemon's: warnings and errors only.
-        self.config.errorlog = logging.getLogger("kdiag.serve.webserver.hypercorn")
-        self.config.errorlog.setLevel(logging.WARNING)
+        self.config = _Hypercorn(self.socket, self.web.tls if self.web else None)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()

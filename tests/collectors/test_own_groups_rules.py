@@ -9,7 +9,7 @@ from pathlib import Path
 from golden import FIXTURES
 
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
-from kdiag.analysis.engine import Engine
+from kdiag.analysis.engine import Engine, EngineState
 from kdiag.analysis.subject_kinds import compute_signals
 from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups
 from kdiag.config.settings import Config
@@ -30,10 +30,12 @@ def idle_members_flagged(tmp_path: Path, groups: tuple[str, ...]) -> set[str]:
     collector = KafkaAdminCollector("127.0.0.1:1", own_groups=own_groups(Config()))
     samples = collector.collect(SnapshotRoot(tmp_path))
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]))
+    judged = EngineState()
     diagnoses = []
     for i in range(25):
         history.add(START + i * STEP, samples)
-        diagnoses = engine.evaluate(START + i * STEP, compute_signals(history, 30.0))
+        judged = engine.evaluate(judged, START + i * STEP, compute_signals(history, 30.0))
+        diagnoses = judged.current()
     return {d.subject for d in diagnoses if d.rule.id == "consumer_members_idle" and d.state == "firing"}
 
 

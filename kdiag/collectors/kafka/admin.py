@@ -54,8 +54,8 @@ class KafkaAdminCollector(Collector):
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
         self.lag_clock = LagClock()
         # Whether fetches read cluster-wide state (groups, end offsets): only while this daemon reports cluster scope
-        # (the daemon sets it each cycle); otherwise metadata and the configs of local_broker and its topics.
-        self.full = True
+        # (set_full, each cycle); otherwise metadata and the configs of local_broker and its topics.
+        self._full = True
         self.local_broker = local_broker
         self.full_fetches = 0  # full fetches answered so far: how a new reporter knows its rates are warm
         # kdiag's own groups (the election's, the probes'; a name ending in "*" is a prefix): no consumer-group rule
@@ -71,11 +71,20 @@ class KafkaAdminCollector(Collector):
                    configs_interval=kafka.configs_interval, quiet_groups_interval=kafka.quiet_groups_interval,
                    local_broker=kafka.local_broker_id, own_groups=own_groups(config))
 
+    @property
+    def full(self) -> bool:
+        """Whether the next fetch reads cluster-wide state."""
+        return self._full
+
+    def set_full(self, full: bool) -> None:
+        """Read cluster-wide state from the next fetch on (this daemon reports cluster scope), or only local state."""
+        self._full = full
+
     def fetch(self) -> dict[str, Any]:
         """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
         try:
             # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
-            full = self.full
+            full = self._full
             answer = self.worker.request({"fetch": True, "full": full, "local_broker": self.local_broker,
                                           "record_times": self.lag_clock.unanswered}, self.timeout + 4.0)
         except WorkerError as e:

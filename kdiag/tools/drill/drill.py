@@ -86,8 +86,8 @@ class Monitor:
         # The lab brokers' CPU quota (broker-throttled), their pids from the processes collector's table.
         host: list[Collector] = [processes, MeminfoCollector(), StatCollector(),
                                  CgroupCpuCollector(BrokerPids(table=processes.table))]
-        collectors = CollectorSet(host + list(kafka_collectors(config).values()), timeout=20.0)
-        self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS)
+        collectors = CollectorSet(host + list(kafka_collectors(config).values()))
+        self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS, collector_timeout=20.0)
         self.states: list[State] = []
         self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
         # A short backoff: one slow answer must not hold back an alert that lives only for the signal window.
@@ -112,6 +112,10 @@ class Monitor:
                 if self.pusher:
                     self.pusher.offer(state)
             self._stop.wait(max(0.0, CYCLE_SECONDS - (time.monotonic() - start)))
+
+    def use_probe(self, probe: ProbeService | None) -> None:
+        """Join this probe's samples to each step from the next on (None: no probe's)."""
+        self.probe = probe
 
     def start(self) -> None:
         if self.pusher:
@@ -234,7 +238,7 @@ class Runner:
                 baseline = self._baseline(ready)
             except Interrupted:
                 for _, result, _ in ready:
-                    result.reverted = True  # nothing was injected
+                    result.not_injected()
                 raise
             go = [(d, r, t) for d, r, t in ready if not r.error]
             owned = owner([d for d, _, _ in go])
@@ -264,8 +268,7 @@ class Runner:
             active = clash()
             for drill, result, _ in ready:
                 if mine := sorted(f"{r} ({s})" for r, s in active if drill.owns(r, s)):
-                    result.error = f"baseline: {', '.join(mine)} already active"
-                    result.reverted = True  # nothing was injected
+                    result.not_injected(f"baseline: {', '.join(mine)} already active")
         return {(r, s) for r, s, _ in self._active_now(time.time())}
 
     def _probed(self, drill: Drill, config: ProbeConfig, result: DrillResult, setup: ExitStack) -> Target | None:
@@ -273,15 +276,14 @@ class Runner:
         try:
             probe = setup.enter_context(probe_running(self._live_target(), config))
         except Exception as e:  # its topic could not be made: nothing to revert
-            result.error, result.reverted = f"probe topic {config.topic}: {type(e).__name__}: {e}", True
+            result.not_injected(f"probe topic {config.topic}: {type(e).__name__}: {e}")
             return None
-        self._started().probe = probe
-        setup.callback(setattr, self._started(), "probe", None)
+        self._started().use_probe(probe)
+        setup.callback(self._started().use_probe, None)
         self.progress(f"drill {drill.name}: waiting for the probe on {config.topic} to be steady")
         if not self._wait(probe.steady, 180):
             why = probe.health()[1]
-            result.error = f"probe on {config.topic} not steady within 180 s" + (f": {why}" if why else "")
-            result.reverted = True  # nothing was injected
+            result.not_injected(f"probe on {config.topic} not steady within 180 s" + (f": {why}" if why else ""))
             return None
         return replace(self._live_target(), probe=probe)
 
@@ -320,22 +322,23 @@ class Runner:
             if self._wait(fired, min(drill.timeout, self.timeout)):
                 if self.alertmanager:
                     alerted = self._wait(all_alerted, 120)
-                    result.seconds_to_alert = round(time.time() - injected, 1) if alerted else None
-                    result.error = "" if alerted else f"no active alert with a summary in {self.alertmanager} within 120 s"
+                    result.alerted_after(round(time.time() - injected, 1) if alerted else None)
+                    if not alerted:
+                        result.failed(f"no active alert with a summary in {self.alertmanager} within 120 s")
                 # Evidence can trail the firing on a loaded host (a topic's rate needs two admin fetches, and the
                 # admin period stretches with its cost): the fault stays in place until the checks hold, or 60 s.
                 self._wait(lambda: not failed_checks(drill, m.since(injected)), CHECKS_SECONDS)
         except Interrupted:
             raise
         except Exception as e:  # a failed injection still reverts and reports
-            result.error = f"{type(e).__name__}: {e}"
+            result.failed(f"{type(e).__name__}: {e}")
             injected = time.time()
         finally:
             try:
                 stack.close()
-                result.reverted = True
+                result.revert_done()
             except Exception as e:
-                result.error = result.error or f"revert failed: {type(e).__name__}: {e}"
+                result.failed(f"revert failed: {type(e).__name__}: {e}")
             reverted_at = time.time()
             self.progress(f"drill {drill.name}: reverted, waiting for it to resolve")
             self._finish(drill, result, injected, reverted_at, baseline, causes, window_start, owned)
@@ -356,16 +359,14 @@ class Runner:
         states = m.since(min(window_start, injected - LEAD_SECONDS))
         rows = [(s.time, active_of(s)) for s in states]
         mine = owned_rows(rows, drill)
-        result.seconds_to_pending = first_time(mine, drill.expected, ("pending", "firing"), injected)
-        result.seconds_to_firing = first_time(mine, drill.expected, ("firing",), injected)
-        result.detected = result.seconds_to_firing is not None
         ends = [t for t, active in rows if t > reverted_at and not any(drill.owns(r, s) for r, s, _ in active)]
-        result.seconds_to_resolved = round(ends[0] - reverted_at, 1) if ends else None
-        result.false_attributions = false_attributions(rows, owned, causes, baseline, injected)
         fault = [s for s in states if injected <= s.time <= reverted_at]
-        result.failed_checks = failed_checks(drill, fault)
-        result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
-                                               (injected, reverted_at))
+        result.measured(first_time(mine, drill.expected, ("pending", "firing"), injected),
+                        first_time(mine, drill.expected, ("firing",), injected),
+                        round(ends[0] - reverted_at, 1) if ends else None,
+                        false_attributions(rows, owned, causes, baseline, injected), failed_checks(drill, fault),
+                        Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected,
+                                             (injected, reverted_at)))
 
 
 def failed_checks(drill: Drill, fault: list[State]) -> list[str]:
@@ -379,25 +380,24 @@ def run_replay(drill: Drill, recording_dir: Path) -> DrillResult:
     from kdiag.recording.recording import Recording
 
     config = load_config(None)
-    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(recording_dir),
-                         rule_for_seconds=rule_for(load_rules(config), drill))
     if not recording_dir.is_dir():
-        result.error = f"recording {recording_dir} not found (it ships with the source tree)"
-        return result
+        return DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(recording_dir),
+                           rule_for_seconds=rule_for(load_rules(config), drill),
+                           error=f"recording {recording_dir} not found (it ships with the source tree)")
     states: list[State] = []
     recording = Recording(recording_dir)
     try:
-        result.intervals = {"recording_interval_seconds": recording.interval, "signal_window_seconds": config.signal_window}
+        intervals = {"recording_interval_seconds": recording.interval, "signal_window_seconds": config.signal_window}
         replay(recording, config, on_step=lambda s: states.append(frozen(s)))
     finally:
         recording.close()
+    result = DrillResult(drill.name, list(drill.expected), reverted=True, replayed=str(recording_dir),
+                         rule_for_seconds=rule_for(load_rules(config), drill), intervals=intervals)
     rows = [(s.time, active_of(s)) for s in states]
     start = states[0].time
-    result.seconds_to_pending = first_time(rows, drill.expected, ("pending", "firing"), start)
-    result.seconds_to_firing = first_time(rows, drill.expected, ("firing",), start)
-    result.detected = result.seconds_to_firing is not None
     causes = {d.rule.id for s in states for d in s.diagnoses if d.rule.kind == "cause"}
-    result.false_attributions = false_attributions(rows, drill.owns, causes, set(), start)
-    result.timeline = Timeline.from_states(f"{drill.name}: {drill.summary}", states,
-                                           drill.expected, None)
+    result.measured(first_time(rows, drill.expected, ("pending", "firing"), start),
+                    first_time(rows, drill.expected, ("firing",), start), None,
+                    false_attributions(rows, drill.owns, causes, set(), start), [],
+                    Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected, None))
     return result

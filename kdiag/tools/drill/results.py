@@ -31,6 +31,31 @@ class DrillResult:
     intervals: dict[str, float] = field(default_factory=dict)  # how often kdiag looked: cycle, JMX poll, signal window
     timeline: Timeline | None = None
 
+    def not_injected(self, error: str = "") -> None:
+        """Nothing was injected, so nothing is left to revert; error says why (none: the run was interrupted)."""
+        self.reverted = True
+        self.error = error or self.error
+
+    def failed(self, error: str) -> None:
+        """The drill went wrong (its injection, its revert, an alert that never came); the first error stays."""
+        self.error = self.error or error
+
+    def revert_done(self) -> None:
+        """The fault is reverted."""
+        self.reverted = True
+
+    def alerted_after(self, seconds: float | None) -> None:
+        """Alertmanager had an alert for each expected rule this long after the injection (None: not within the wait)."""
+        self.seconds_to_alert = seconds
+
+    def measured(self, pending: float | None, firing: float | None, resolved: float | None,
+                 false_attributions: list[str], failed_checks: list[str], timeline: Timeline) -> None:
+        """What the monitor's states showed: seconds to pending, to firing (detected) and to resolved, the causes
+        wrongly attributed, the checks that never held, and the timeline."""
+        self.seconds_to_pending, self.seconds_to_firing, self.seconds_to_resolved = pending, firing, resolved
+        self.detected = firing is not None
+        self.false_attributions, self.failed_checks, self.timeline = false_attributions, failed_checks, timeline
+
     @property
     def passed(self) -> bool:
         return (self.detected and self.reverted and not self.false_attributions and not self.failed_checks
