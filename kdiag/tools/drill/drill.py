@@ -7,8 +7,8 @@ import logging
 import signal
 import threading
 import time
-import urllib.request
 import types
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
