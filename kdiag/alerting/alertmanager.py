@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kdiag.alerting.rules import EXPLAINS_ALERT, INHIBITOR_CLASS, RUNBOOK_BASE, alert_name, runbook_url
 from kdiag.core.finite import dumps, skip, utc
@@ -78,8 +78,8 @@ class AlertPusher:
         self._stopping = threading.Event()
         self._state: State | None = None
         self._ended: dict[Key, float] = {}
-        self._firing: dict[Key, dict] = {}  # what Alertmanager was last told is firing
-        self._resolving: dict[Key, dict] = {}  # endsAt posts not yet accepted
+        self._firing: dict[Key, dict[str, Any]] = {}  # what Alertmanager was last told is firing
+        self._resolving: dict[Key, dict[str, Any]] = {}  # endsAt posts not yet accepted
         self._thread: threading.Thread | None = None
         self.outage = ""  # the kind of failure last logged; empty while pushes succeed
         self.accepted: dict[str, float] = {}  # rule id -> when Alertmanager last accepted it firing, annotated
@@ -134,7 +134,7 @@ class AlertPusher:
 
     def _take(self, state: State, ended: dict[Key, float]) -> None:
         """Turn a state into the alerts to assert as firing and the ones to resolve."""
-        firing: dict[Key, dict] = {}
+        firing: dict[Key, dict[str, Any]] = {}
         for d in state.diagnoses:
             if d.state == "firing" and exported(d, state.reporting):
                 firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance, state.cluster),

@@ -49,11 +49,11 @@ LIVENESS_ALERTS: list[dict[str, Any]] = [{
                        "and topics (docs/ACLS.md) and sign the fleet (kafka.coordination_key_file)."}}]
 
 
-def liveness_tests(instance: str, peer: str, cluster: str) -> list[dict]:
+def liveness_tests(instance: str, peer: str, cluster: str) -> list[dict[str, Any]]:
     """promtool tests: a dead daemon (up 0) and a frozen one (its snapshot stops at 2m; cycles every 15 s) page after
     LIVENESS_FOR, a live one and one whose 60 s old snapshot is within three of its 30 s cycles do not; a cluster
     none of whose daemons reports pages, one where two report (a fallback) does not; a foreign member warns."""
-    def alert(name: str, labels: dict[str, str], summary: str) -> dict:
+    def alert(name: str, labels: dict[str, str], summary: str) -> dict[str, Any]:
         rule = next(a for a in LIVENESS_ALERTS if a["alert"] == name)
         return {"exp_labels": {**labels, **rule["labels"]},
                 "exp_annotations": {"summary": summary, "remediation": rule["annotations"]["remediation"]}}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kdiag.analysis.catalog import KINDS, Rule, TEMPLATE_FIELD
 from kdiag.alerting.liveness import LIVENESS_ALERTS, liveness_tests
 from kdiag.analysis.engine import render
+from kdiag.analysis.signals import Signals
 
 DEFAULT_PROMETHEUS = Path("deploy/prometheus/kdiag-alerts.yml")
 DEFAULT_ALERTMANAGER = Path("deploy/alertmanager/alertmanager.yml")
@@ -152,7 +154,7 @@ def ordered(rules: list[Rule]) -> list[Rule]:
     return sorted(rules, key=lambda r: (KINDS.index(r.kind), r.id))
 
 
-def prometheus_rules(rules: list[Rule], runbook_base: str = RUNBOOK_BASE) -> dict:
+def prometheus_rules(rules: list[Rule], runbook_base: str = RUNBOOK_BASE) -> dict[str, Any]:
     """A Prometheus rule file (as a dict) with one alert per rule over kdiag_diagnosis_active, and kdiag's liveness."""
     alerts = []
     for r in ordered(rules):
@@ -183,7 +185,7 @@ def prometheus_rules(rules: list[Rule], runbook_base: str = RUNBOOK_BASE) -> dic
     return {"groups": [{"name": "kdiag-diagnoses", "rules": alerts}, {"name": "kdiag-liveness", "rules": LIVENESS_ALERTS}]}
 
 
-def inhibit_rules(rules: list[Rule]) -> list[dict]:
+def inhibit_rules(rules: list[Rule]) -> list[dict[str, Any]]:
     """Per cause that explains other rules: it mutes them for the same broker of the same cluster, and, when it is
     tied to no broker, in its whole cluster (cluster scope) or on its own instance (host scope)."""
     out = []
@@ -199,7 +201,7 @@ def inhibit_rules(rules: list[Rule]) -> list[dict]:
     return out
 
 
-def alertmanager_config(rules: list[Rule]) -> dict:
+def alertmanager_config(rules: list[Rule]) -> dict[str, Any]:
     """An example Alertmanager configuration: one placeholder webhook receiver and the catalog's inhibitions."""
     return {
         "route": {"receiver": "kdiag-webhook", "group_by": ["cluster", "subject", "instance"],
@@ -213,7 +215,7 @@ def alertmanager_config(rules: list[Rule]) -> dict:
 
 
 class _Dumper(yaml.SafeDumper):
-    def ignore_aliases(self, data) -> bool:
+    def ignore_aliases(self, data: object) -> bool:
         return True
 
 
@@ -224,7 +226,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 _Dumper.add_representer(str, _str)
 
 
-def _dump(data: dict) -> str:
+def _dump(data: dict[str, Any]) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100000)
 
 
@@ -299,7 +301,7 @@ def _series(name: str, labels: dict[str, str]) -> str:
 
 
 def _expected_annotations(rule: Rule, subject: str, evidence: dict[str, float], runbook_base: str) -> dict[str, str]:
-    scope: dict[str, dict] = {"it": {"name": subject}}
+    scope: dict[str, Signals] = {"it": {"name": subject}}
     for key, value in evidence.items():
         var, _, name = key.rpartition(".")
         scope.setdefault(var or "it", {})[name] = value
@@ -321,14 +323,14 @@ def _labels(rule: Rule, subject: str) -> dict[str, str]:
             "scope": rule.scope, "cluster": TEST_CLUSTER, "subject": subject}
 
 
-def _expected(rule: Rule, labels: dict[str, str], evidence: dict[str, float], runbook_base: str) -> dict:
+def _expected(rule: Rule, labels: dict[str, str], evidence: dict[str, float], runbook_base: str) -> dict[str, Any]:
     """The alert promtool must see for a firing series: a cluster-scope one without the daemon's labels."""
     kept = {k: v for k, v in labels.items() if not (rule.scope == "cluster" and k in DAEMON_LABELS)}
     return {"exp_labels": {**kept, "kdiag_class": rule.kind},
             "exp_annotations": _expected_annotations(rule, labels["subject"], evidence, runbook_base)}
 
 
-def prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_file: str = DEFAULT_PROMETHEUS.name) -> dict:
+def prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_file: str = DEFAULT_PROMETHEUS.name) -> dict[str, Any]:
     """A `promtool test rules` file for the alerts of prometheus_rules(rules)."""
     series, checks = [], []
     for r in ordered(rules):

@@ -12,7 +12,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
+from kdiag.collectors import Collector
 from kdiag.core.finite import dumps
 from kdiag import __version__
 from kdiag.alerting import rules as alerts
@@ -171,12 +173,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
-def wants_color(stream) -> bool:
+def wants_color(stream: TextIO) -> bool:
     """Colour only on a terminal, and not when NO_COLOR is set to anything (https://no-color.org)."""
     return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
-def describe_sources(collectors: list, config: Config) -> str:
+def describe_sources(collectors: list[Collector], config: Config) -> str:
     """What a live diagnose reads: the host's /proc and /sys sources, and Kafka when configured."""
     names = [c.name for c in collectors]
     kafka = [n for n in names if n.startswith("kafka")]
@@ -221,9 +223,10 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     if args.output and len(targets) != 1:
         raise SystemExit("kdiag rules export: -o needs exactly one of --prometheus, --alertmanager or --docs")
     rules = load_rules(_config(args))
-    renderers = {"prometheus": (alerts.DEFAULT_PROMETHEUS, lambda: alerts.render_prometheus(rules, args.runbook_base)),
-                 "alertmanager": (alerts.DEFAULT_ALERTMANAGER, lambda: alerts.render_alertmanager(rules)),
-                 "docs": (alerts.DEFAULT_DOCS, lambda: alerts.render_docs(rules))}
+    renderers: dict[str, tuple[Path, Callable[[], str]]] = {
+        "prometheus": (alerts.DEFAULT_PROMETHEUS, lambda: alerts.render_prometheus(rules, args.runbook_base)),
+        "alertmanager": (alerts.DEFAULT_ALERTMANAGER, lambda: alerts.render_alertmanager(rules)),
+        "docs": (alerts.DEFAULT_DOCS, lambda: alerts.render_docs(rules))}
     for target in targets:
         default, render = renderers[target]
         path = Path(args.output) if args.output else default
@@ -329,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     # APScheduler logs every job run at INFO: once per cycle is noise, not news.
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
-        return args.func(args)
+        command: Callable[[argparse.Namespace], int] = args.func  # each subparser's set_defaults(func=...)
+        return command(args)
     except KeyboardInterrupt as e:
         print("kdiag: interrupted" + (f": {e}" if str(e) else ""), file=sys.stderr)
         return 130

@@ -11,7 +11,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kdiag.core import yamlsafe
 from kdiag.core.errors import KdiagError
@@ -23,6 +23,9 @@ from kdiag.kafka.fleet_key import FleetKeyError, read_key
 from kdiag.config.probe import ProbeConfig
 from kdiag.core.quote import cut, quote
 from kdiag.core.redact import CMDLINE_MODES, MASKED
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class ConfigError(KdiagError):
@@ -302,7 +305,10 @@ def _in_range(value: float, path: str, unit: str = "") -> Any:
     return value
 
 
-def _build(cls: type, data: Any, path: str) -> Any:
+_Built = TypeVar("_Built", bound="DataclassInstance")
+
+
+def _build(cls: type[_Built], data: Any, path: str) -> _Built:
     if not isinstance(data, dict):
         raise ConfigError(f"{path or 'config'}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)

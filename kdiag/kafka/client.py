@@ -47,7 +47,7 @@ def _text(value: Any) -> str:
 
 
 def _expand(key: str, value: str, environ: Mapping[str, str]) -> str:
-    def one(m: re.Match) -> str:
+    def one(m: re.Match[str]) -> str:
         if m.group(1) not in environ:
             raise ClientConfigError(f"kafka.client.{key}: environment variable {m.group(1)} is not set")
         return environ[m.group(1)]

@@ -10,7 +10,7 @@ from pathlib import Path
 KAFKA_JAR = re.compile(r"kafka(?:_[\d.]+|-server)-(\d+\.\d+\.\d+[\w.-]*?)\.jar")
 
 
-def lab_dir(dir: str | os.PathLike | None = None) -> Path:
+def lab_dir(dir: str | os.PathLike[str] | None = None) -> Path:
     """Return the lab directory: the argument, $KDIAG_LAB_DIR or ~/.cache/kdiag/lab."""
     if dir:
         return Path(dir).expanduser().resolve()
@@ -18,7 +18,7 @@ def lab_dir(dir: str | os.PathLike | None = None) -> Path:
     return Path(env).expanduser().resolve() if env else Path.home() / ".cache" / "kdiag" / "lab"
 
 
-def classpath(dir: str | os.PathLike | None = None) -> str:
+def classpath(dir: str | os.PathLike[str] | None = None) -> str:
     """Return the Java classpath (DIR/libs/*) for running Kafka classes."""
     return str(lab_dir(dir) / "libs" / "*")
 

@@ -8,7 +8,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kdiag.probe import topic as probe_topic
 from kdiag.kafka.client import ClientSettings, ErrorLog
@@ -17,6 +18,9 @@ from kdiag.probe.metrics import BrokerStats
 from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe.topic import REQUEST_TIMEOUT, Topology
 from kdiag.core.sample import GAUGE, Sample, sample
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError, Message, Producer
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ MAX_BACKOFF = 30.0
 
 
 class _Backoff:
-    def __init__(self):
+    def __init__(self) -> None:
         self.delay = 0.0
 
     def next(self) -> float:
@@ -111,7 +115,7 @@ class ProbeService:
                 errors = ["manager: probe topic not seen yet"]
         return "; ".join(errors)
 
-    def _guard(self, name: str, loop) -> None:
+    def _guard(self, name: str, loop: Callable[[str, _Backoff], None]) -> None:
         """Run one thread's loop, recreating its client after any exception, with backoff."""
         backoff = _Backoff()
         while not self._stopping.is_set():
@@ -214,7 +218,7 @@ class ProbeService:
             producer.purge()
             producer.flush(0.5)
 
-    def _round(self, producer) -> None:
+    def _round(self, producer: Producer) -> None:
         """One message to every partition the consumer reads; one unavailable mark for each idle replica broker."""
         from confluent_kafka import KafkaException
 
@@ -241,8 +245,10 @@ class ProbeService:
                 self._broker(b).outcomes.append((now, False))
             self._prune(now)
 
-    def _delivered(self, err, msg) -> None:
-        _magic, _run, p, seq, sent, leader = PAYLOAD.unpack(msg.value())
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        value = msg.value()
+        assert value is not None  # the report on a message _round sent, always with a payload
+        _magic, _run, p, seq, sent, leader = PAYLOAD.unpack(value)
         latency = msg.latency()
         offset = msg.offset()
         self._settle(p, seq, sent, leader, None if err else (latency if latency is not None else time.time() - sent),
@@ -310,7 +316,7 @@ class ProbeService:
         finally:
             consumer.close()
 
-    def _assign_new(self, consumer, mine: set[int]) -> None:
+    def _assign_new(self, consumer: Consumer, mine: set[int]) -> None:
         """Assign partitions not read yet, from the last position read or else the current high watermark."""
         from confluent_kafka import KafkaException, TopicPartition
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +26,7 @@ class Topology:
     live: set[int]
 
 
-def describe(admin, topic_name: str, old_leaders: dict[int, int]) -> Topology | None:
+def describe(admin: AdminClient, topic_name: str, old_leaders: dict[int, int]) -> Topology | None:
     """The topic's partitions and the live brokers, or None when the topic does not exist."""
     from confluent_kafka import KafkaError, KafkaException
 
@@ -37,7 +41,7 @@ def describe(admin, topic_name: str, old_leaders: dict[int, int]) -> Topology | 
                     {p: sorted(m.isrs) for p, m in topic.partitions.items()}, set(meta.brokers))
 
 
-def create(admin, topic_name: str, replication_factor: int, partitions_per_broker: int) -> None:
+def create(admin: AdminClient, topic_name: str, replication_factor: int, partitions_per_broker: int) -> None:
     """Create the topic, every broker the preferred leader of partitions_per_broker partitions; exists is fine."""
     from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic
@@ -77,7 +81,7 @@ def needs_reconcile(topology: Topology) -> bool:
     return bool(lacking(topology) or off_preferred(topology))
 
 
-def reconcile(admin, topic_name: str, topology: Topology, partitions_per_broker: int) -> None:
+def reconcile(admin: AdminClient, topic_name: str, topology: Topology, partitions_per_broker: int) -> None:
     """Add partitions for brokers that prefer none, then move leadership back to preferred replicas."""
     from confluent_kafka import ElectionType, TopicPartition
     from confluent_kafka.admin import NewPartitions

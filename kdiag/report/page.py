@@ -12,8 +12,9 @@ import hashlib
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Reversible, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kdiag.core.finite import dumps
 from kdiag.analysis.catalog import GLOBAL_SUBJECTS, Rule
@@ -149,7 +150,10 @@ class EvidenceHistory:
             table.pop(key, None)
 
 
-def _trim(points: deque, start: float) -> None:
+_Point = TypeVar("_Point")
+
+
+def _trim(points: deque[tuple[float, _Point]], start: float) -> None:
     while points and points[0][0] < start:
         points.popleft()
 
@@ -167,7 +171,7 @@ def _reported_by(d: Diagnosis, state: State | None) -> str:
     return f'<p class="reported">cluster scope: reported_by {shown(name + signed)}</p>'
 
 
-def _when(d: Diagnosis, now: str, lane) -> str:
+def _when(d: Diagnosis, now: str, lane: Reversible[tuple[float, str]]) -> str:
     """'firing since 10:01:05', or for one no longer active 'resolved: held 10:01:05 to 10:03:10'."""
     if now:
         return f"{now} since {clock(d.since)}"

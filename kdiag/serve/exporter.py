@@ -6,7 +6,8 @@ import dataclasses
 import gzip
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -50,7 +51,8 @@ class ExportedMetric(Metric):
     cannot be encoded at all. Process names, group ids and topics come from anyone: they are data, printed as text.
     """
 
-    def add_sample(self, name: str, labels: dict[str, str], value: float, *args, **kwargs) -> None:
+    # The rest passes through as given: prometheus_client's versions differ in what follows the value.
+    def add_sample(self, name: str, labels: dict[str, str], value: float, *args: Any, **kwargs: Any) -> None:
         """Add a sample, its label values made printable and cut (label_value)."""
         if not all(v.isprintable() and len(v) <= LABEL_LIMIT for v in labels.values()):
             labels = {k: label_value(v) for k, v in labels.items()}
@@ -81,13 +83,17 @@ def group_families(samples: list[Sample]) -> dict[str, list[Sample]]:
     return grouped
 
 
+_Key = tuple[list[list[Sample]], str, str]  # the sources' lists of a family's samples, its help, the cluster label
+_Series = list[tuple[str, tuple[tuple[str, str], ...]]]  # (name, labels) of each sample, in order
+
+
 @dataclasses.dataclass
 class _Text:
     """One family's exposition, what it was rendered from, and each sample line up to its value."""
 
-    key: tuple  # (the sources' lists of its samples, its help, the cluster label)
+    key: _Key
     text: bytes
-    series: list[tuple[str, tuple]]  # (name, labels) of each sample, in order
+    series: _Series
     header: str  # its HELP and TYPE lines
     prefixes: list[str]  # each sample's line up to its value; empty when the lines do not follow the samples
 
@@ -157,18 +163,19 @@ class FamilyCache:
         self.render_errors[family] = self.render_errors.get(family, 0.0) + 1
 
 
-def _rerender(family: str, previous: _Text | None, key: tuple, lists: list[list[Sample]]) -> _Text:
+def _rerender(family: str, previous: _Text | None, key: _Key, lists: list[list[Sample]]) -> _Text:
     """A family's new text: its cached line prefixes with the new values while its series stay the same, else rendered."""
     members = [s for m in lists for s in m]
     series = [(s.name, s.labels) for s in members]
     if previous and previous.prefixes and previous.key[1:] == key[1:] and previous.series == series:
         values = zip(previous.prefixes, members, strict=True)
-        lines = "".join([p + floatToGoString(s.value) + "\n" for p, s in values])
+        # prometheus_client leaves floatToGoString unannotated.
+        lines = "".join([p + floatToGoString(s.value) + "\n" for p, s in values])  # type: ignore[no-untyped-call]
         return _Text(key, (previous.header + lines).encode(), series, previous.header, previous.prefixes)
     return _render(family, members, key, series)
 
 
-def _render(family: str, members: list[Sample], key: tuple, series: list[tuple[str, tuple]]) -> _Text:
+def _render(family: str, members: list[Sample], key: _Key, series: _Series) -> _Text:
     """A family rendered by prometheus_client, with its line prefixes when its lines follow its samples one to one."""
     fam = _family(family, exposition_type(members[0]), key[1])
     for s in with_cluster(members, key[2]):
@@ -193,7 +200,7 @@ class StateCollector:
         self.interval = interval  # seconds between cycles; 0 when unknown
         self.collectors_enabled = collectors_enabled or {}  # every registered collector: whether it runs
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         """Collector health, the series the cap dropped, and diagnoses, as metric families."""
         yield from self._health()
         dropped = ExportedMetric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
@@ -206,7 +213,7 @@ class StateCollector:
         yield skipped
         yield from self._diagnoses()
 
-    def _health(self):
+    def _health(self) -> list[Metric]:
         success = ExportedMetric("kdiag_collector_success", f"1 when the collector's last run succeeded; {SCHEDULE_NOTE}", "gauge")
         duration = ExportedMetric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}",
                                   "gauge")
@@ -242,7 +249,7 @@ class StateCollector:
                              float(self.state.reporting.reporting))
         return [*families, info, reporting]
 
-    def _diagnoses(self):
+    def _diagnoses(self) -> list[Metric]:
         active = ExportedMetric("kdiag_diagnosis_active",
                                 "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
         evidence = ExportedMetric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
@@ -252,7 +259,7 @@ class StateCollector:
         for d in (d for d in self.state.diagnoses if exported(d, self.state.reporting)):
             labels = diagnosis_labels(d, self.state.cluster)
             active.add_sample("kdiag_diagnosis_active", labels, 1.0 if d.state == "firing" else 0.0)
-            which = {k: labels[k] for k in ("rule", "subject", "cluster") if k in labels}
+            which: dict[str, str] = {k: labels[k] for k in ("rule", "subject", "cluster") if k in labels}
             for signal, value in d.evidence.items():
                 if isinstance(value, float):
                     evidence.add_sample("kdiag_diagnosis_evidence", {**which, "signal": signal}, value)

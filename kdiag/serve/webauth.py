@@ -65,7 +65,7 @@ def check_password(password: bytes, hashed: bytes) -> bool:
         return False
 
 
-def client_of(address: tuple[str, int] | list | None) -> str:
+def client_of(address: tuple[str, int] | None) -> str:
     """The backoff key of a peer address: the IPv4 address, or the IPv6 /64 (one host's usual share)."""
     host = address[0] if address else ""
     try:

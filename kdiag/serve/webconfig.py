@@ -65,7 +65,7 @@ def read_yaml(path: Path) -> Any:
     return yamlsafe.load(path)
 
 
-def _mapping(value: Any, where: str, allowed: set[str] | None = None) -> dict:
+def _mapping(value: Any, where: str, allowed: set[str] | None = None) -> dict[object, object]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -81,14 +81,14 @@ def _mapping(value: Any, where: str, allowed: set[str] | None = None) -> dict:
     return value
 
 
-def _text(data: dict, key: str, where: str) -> str:
+def _text(data: dict[object, object], key: str, where: str) -> str:
     value = data.get(key, "")
     if not isinstance(value, str):
         raise WebConfigError(f"{where}.{key}: expected a string, got {type(value).__name__}")
     return value
 
 
-def _file(data: dict, key: str, where: str, base: Path) -> Path | None:
+def _file(data: dict[object, object], key: str, where: str, base: Path) -> Path | None:
     text = _text(data, key, where)
     if not text:
         return None
@@ -98,7 +98,7 @@ def _file(data: dict, key: str, where: str, base: Path) -> Path | None:
     return path
 
 
-def _tls(data: dict, base: Path) -> tuple[ssl.SSLContext, list[Path]]:
+def _tls(data: dict[object, object], base: Path) -> tuple[ssl.SSLContext, list[Path]]:
     where = "tls_server_config"
     cert, key = _file(data, "cert_file", where, base), _file(data, "key_file", where, base)
     if not cert or not key:
@@ -145,8 +145,7 @@ def _users(data: Any) -> dict[str, bytes]:
         # The hash itself is never quoted: it is a secret.
         if not isinstance(user, str) or not user or ":" in user:
             raise WebConfigError("basic_auth_users: a user name must be a non-empty string without ':'")
-        match = BCRYPT_HASH.match(hashed) if isinstance(hashed, str) else None
-        if not match:
+        if not isinstance(hashed, str) or not (match := BCRYPT_HASH.match(hashed)):
             raise WebConfigError(f"basic_auth_users.{user[:40]}: not a bcrypt hash (make one with `htpasswd -nBC 10 \"\"`)")
         if int(match[1]) not in BCRYPT_COSTS:
             raise WebConfigError(f"basic_auth_users.{user[:40]}: bcrypt cost {match[1]} is outside 4..31")
@@ -200,9 +199,10 @@ class CurrentTLS(ssl.SSLContext):
         """Hand new connections this context from now on."""
         self.current = context
 
-    def wrap_bio(self, *args, **kwargs):
+    def wrap_bio(self, incoming: ssl.MemoryBIO, outgoing: ssl.MemoryBIO, server_side: bool = False,
+                 server_hostname: str | bytes | None = None, session: ssl.SSLSession | None = None) -> ssl.SSLObject:
         """asyncio's TLS transport calls this per connection: hand it the current context's SSLObject."""
-        return self.current.wrap_bio(*args, **kwargs)
+        return self.current.wrap_bio(incoming, outgoing, server_side, server_hostname, session)
 
 
 def _fingerprint(files: list[Path]) -> tuple[tuple[int, int, int] | None, ...]:

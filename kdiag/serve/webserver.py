@@ -8,19 +8,25 @@ import contextlib
 import logging
 import resource
 import socket
+import ssl
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 import hypercorn.protocol
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 
 from kdiag.core.errors import KdiagError
 from kdiag.serve.exporter import Published
 from kdiag.serve.webauth import BasicAuth, Verdict
 from kdiag.serve.webconfig import CurrentTLS, WebConfigWatcher
+
+if TYPE_CHECKING:
+    import h11
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +56,7 @@ class ListenError(KdiagError):
 _last_warning: dict[str, float] = {}
 
 
-def _warn_now_and_then(what: str, message: str, *args) -> None:
+def _warn_now_and_then(what: str, message: str, *args: object) -> None:
     """A warning at most once a minute per kind (attacks repeat them many times a second)."""
     if time.monotonic() - _last_warning.get(what, -WARN_EVERY_S) >= WARN_EVERY_S:
         _last_warning[what] = time.monotonic()
@@ -60,7 +66,7 @@ def _warn_now_and_then(what: str, message: str, *args) -> None:
 class _ListenSocket(socket.socket):
     """The listening socket: refuses connections that would leave fewer than FDS_KEPT_FOR_COLLECTION descriptors."""
 
-    def accept(self):
+    def accept(self) -> tuple[socket.socket, tuple[str, int] | tuple[str, int, int, int]]:
         """socket.accept, closing the new connection at once when descriptors run short."""
         conn, address = super().accept()
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -97,12 +103,13 @@ def listen_socket(listen: str) -> _ListenSocket:
 class _HTTP11Only(H11Protocol):
     """hypercorn's HTTP/1.1 without its two ways into HTTP/2, which it has no setting for: kdiag serves HTTP/1.1 only."""
 
-    async def _check_protocol(self, event) -> None:
+    async def _check_protocol(self, event: h11.Request) -> None:
         """Neither switch: an h2c upgrade is ignored (HTTP lets a server do so), the prior-knowledge preface gets a 505."""
 
 
 # hypercorn's ProtocolWrapper builds every connection's HTTP/1.1 protocol from this module attribute.
-hypercorn.protocol.H11Protocol = _HTTP11Only  # type: ignore[misc]  # a deliberate replacement of hypercorn's class
+# A deliberate replacement of hypercorn's class, which hypercorn.protocol imports without exporting it.
+hypercorn.protocol.H11Protocol = _HTTP11Only  # type: ignore[attr-defined]
 
 
 class _Hypercorn(HypercornConfig):
@@ -130,7 +137,7 @@ class _Hypercorn(HypercornConfig):
     def ssl_enabled(self) -> bool:
         return self.tls is not None
 
-    def create_ssl_context(self):
+    def create_ssl_context(self) -> ssl.SSLContext | None:
         return self.tls
 
 
@@ -142,7 +149,7 @@ class App:
         self.web = web
         self.auth = BasicAuth()
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
@@ -156,7 +163,7 @@ class App:
         if self.web:
             headers += self.web.config.headers
         await send({"type": "http.response.start", "status": code, "headers": headers})
-        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body, "more_body": False})
 
     def _always(self, path: str) -> list[tuple[bytes, bytes]]:
         """Headers of every answer: nothing is sniffed, framed or cached (/healthz aside), the page's policy enforced."""
@@ -165,14 +172,14 @@ class App:
                    (b"x-frame-options", b"DENY")]
         return headers + ([] if path == "/healthz" else [(b"cache-control", b"no-store")])
 
-    async def _login(self, scope) -> tuple[Verdict, int]:
+    async def _login(self, scope: HTTPScope) -> tuple[Verdict, int]:
         config = self.web.config if self.web else None
         if not config or not config.users:
             return Verdict.ALLOWED, 0
         header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
         return await self.auth.check(config.users, config.unknown_user_hash, header, scope.get("client"))
 
-    async def _answer(self, scope) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    async def _answer(self, scope: HTTPScope) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         text = (b"content-type", b"text/plain")
         if scope["http_version"] not in ("1.0", "1.1"):
             return 505, [text, (b"connection", b"close")], b"kdiag serves HTTP/1.1 only\n"
@@ -206,7 +213,7 @@ class App:
 
 def _quiet_emfile(loop: asyncio.AbstractEventLoop) -> None:
     """Out of file descriptors, asyncio logs a traceback per failed accept (every second): a warning a minute instead."""
-    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message", "").startswith("socket.accept() out of system resource"):
             _warn_now_and_then("emfile", "cannot accept connections: %s (retrying every second)", context.get("exception"))
         else:
@@ -232,7 +239,7 @@ class Exporter:
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
-        return self.address[1]
+        return int(self.address[1])
 
     @property
     def scheme(self) -> str:

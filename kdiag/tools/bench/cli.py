@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
 
 from kdiag.tools.bench.consume import cmd_consume
 from kdiag.tools.bench.produce import cmd_produce
@@ -11,7 +11,7 @@ from kdiag.tools.bench.stats import SYSTEM_STATS_DIR
 CONFIG_HELP = "kdiag's YAML config: its kafka.bootstrap_servers and kafka.client settings (Java props win)"
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `bench produce` and `bench consume` on an argparse subparsers object."""
     bench = subparsers.add_parser("bench", help="load tool: kafka-producer-perf-test / kafka-consumer-perf-test work-alikes")
     sub = bench.add_subparsers(dest="bench_command", required=True)

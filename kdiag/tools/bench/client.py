@@ -6,7 +6,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kdiag.config.settings import ConfigError, load_config
 from kdiag.kafka.java_security import translate
@@ -113,7 +113,10 @@ def error_log(conf: dict[str, Any]) -> ErrorLog:
     return ErrorLog(ClientSettings(props, {k: k for k in props}, prefix=""), str(conf.get("bootstrap.servers", "")))
 
 
-def make_client(cls: Callable[[dict], Any], conf: dict[str, Any], warn: Callable[[str], None]) -> Any:
+_Client = TypeVar("_Client")
+
+
+def make_client(cls: Callable[[dict[str, Any]], _Client], conf: dict[str, Any], warn: Callable[[str], None]) -> _Client:
     """A confluent-kafka client; properties librdkafka does not know are warned about and dropped."""
     from confluent_kafka import KafkaException
 

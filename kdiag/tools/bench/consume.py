@@ -50,7 +50,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
     detailed = args.show_detailed_stats
     if not args.hide_header:
         print(consumer_header(detailed), flush=True)
-    now_ms = lambda: time.time() * 1000  # noqa: E731
+
+    def now_ms() -> float:
+        return time.time() * 1000
+
     rebalance = {"total": 0.0, "join_start": 0.0, "periodic": 0.0}
 
     def assigned(_consumer: Any, _partitions: Any) -> None:

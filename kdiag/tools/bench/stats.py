@@ -29,7 +29,7 @@ def _window(stat: dict[str, Any] | None, name: str) -> float | None:
     """One field of a librdkafka window stat (microseconds) in seconds, None when the window is empty."""
     if not stat or not stat.get("cnt"):
         return None
-    return stat.get(name, 0) / 1e6
+    return float(stat.get(name, 0)) / 1e6
 
 
 def librdkafka_summary(stats: dict[str, Any], topic: str) -> dict[str, Any]:

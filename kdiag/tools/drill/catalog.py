@@ -29,7 +29,7 @@ class Drill:
     name: str
     summary: str
     expected: list[str]
-    inject: Callable[[Target], AbstractContextManager] | None = None
+    inject: Callable[[Target], AbstractContextManager[object]] | None = None
     brokers: int = 1
     needs_lab: bool = False
     replay: Path | None = None

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 
+from kdiag.kafka.jars import lab_dir
 from kdiag.tools.lab import lab
 from kdiag.tools.lab.jars import LabError
 from kdiag.tools.drill.faults import Target
 from kdiag.tools.drill.catalog import BY_NAME, DRILLS, Drill
 from kdiag.core.outfile import write_output
 from kdiag.core.quote import printable_lines
+
+if TYPE_CHECKING:
+    from kdiag.tools.drill.results import DrillResult
 
 
 def _say(message: str) -> None:
@@ -24,8 +30,8 @@ def lab_target() -> Target:
     """The kdiag lab (KDIAG_LAB_DIR), started with 3 brokers when absent."""
     info, pids = lab.status()
     if info is None or not all(pids.values()):
-        _say(f"starting the kdiag lab in {lab.lab_dir()} ...")
-        with lab.locked(lab.lab_dir()):
+        _say(f"starting the kdiag lab in {lab_dir()} ...")
+        with lab.locked(lab_dir()):
             info = lab.up(brokers=info["brokers"] if info else 3)
     if info.get("security", "none") != "none":
         raise SystemExit(f"kdiag: the drills need a plaintext lab; the lab in {info['dir']} uses {info['security']}")
@@ -42,13 +48,13 @@ def remote_target(bootstrap: str, jmx: list[str]) -> Target:
     return Target(bootstrap, brokers, jmx)
 
 
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     for d in DRILLS:
         print(f"{d.name:22} {','.join(d.expected):28} {d.summary}")
     return 0
 
 
-def _chosen(args) -> list[Drill] | None:
+def _chosen(args: argparse.Namespace) -> list[Drill] | None:
     names = [d.name for d in DRILLS] if args.all else args.names
     unknown = [n for n in names if n not in BY_NAME]
     if unknown or not names:
@@ -58,7 +64,7 @@ def _chosen(args) -> list[Drill] | None:
     return [BY_NAME[n] for n in names]
 
 
-def cmd_run(args) -> int:
+def cmd_run(args: argparse.Namespace) -> int:
     from kdiag.tools.drill.drill import Runner
     from kdiag.tools.drill.results import DrillResult, table
     from kdiag.report.html import render
@@ -98,7 +104,7 @@ def cmd_run(args) -> int:
     return 0 if all(r.passed for r in results) else 1
 
 
-def _note(r) -> str:
+def _note(r: DrillResult) -> str:
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in (("pending", r.seconds_to_pending), ("firing", r.seconds_to_firing),
                                                        ("alert", r.seconds_to_alert), ("resolved", r.seconds_to_resolved))
                        if v is not None)
@@ -107,7 +113,7 @@ def _note(r) -> str:
     return f"expected {', '.join(r.expected)}: {verdict} ({timing or 'not detected'}){extra}"
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The `drill` subcommand tree."""
     drill = subparsers.add_parser("drill", help="inject faults and check kdiag names them")
     sub = drill.add_subparsers(dest="drill_command", required=True)

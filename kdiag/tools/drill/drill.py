@@ -7,13 +7,15 @@ import logging
 import signal
 import threading
 import time
+import types
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 
 from kdiag.alerting.alertmanager import AlertPusher
+from kdiag.analysis.catalog import Rule
 from kdiag.collectors.host.brokerpids import BrokerPids
 from kdiag.collectors.host.cgroup_cpu import CgroupCpuCollector
 from kdiag.collectors.host.meminfo import MeminfoCollector
@@ -52,7 +54,7 @@ class Interrupted(Exception):
     """SIGINT or SIGTERM arrived; the drill in progress has been reverted."""
 
 
-def cluster_causes(rules) -> set[str]:
+def cluster_causes(rules: Iterable[Rule]) -> set[str]:
     """Causes a drill can be blamed for: the cluster's own, and processes in its log dirs, not this shared host's."""
     return {r.id for r in rules if r.kind == "cause" and (r.each in KAFKA_SUBJECTS or "touches_log_dir" in r.when)}
 
@@ -165,7 +167,7 @@ class Runner:
     @contextmanager
     def signals_deferred(self) -> Iterator[None]:
         """SIGINT/SIGTERM only note the request; waits act on it, never an injection or a revert half done."""
-        def note(signum, _frame) -> None:
+        def note(signum: int, _frame: types.FrameType | None) -> None:
             self.interrupted = signum
             self.progress(f"signal {signum}: reverting the drill in progress, then stopping")
 
@@ -252,9 +254,10 @@ class Runner:
             for t in threads:
                 t.join()
 
-    def _inject_in_thread(self, *args) -> None:
+    def _inject_in_thread(self, drill: Drill, result: DrillResult, target: Target, baseline: set[tuple[str, str]],
+                          owned: Callable[[str, str], bool]) -> None:
         with suppress(Interrupted):  # the run loop sees self.interrupted once the wave is back
-            self._inject_and_revert(*args)
+            self._inject_and_revert(drill, result, target, baseline, owned)
 
     def _baseline(self, ready: list[tuple[Drill, DrillResult, Target]]) -> set[tuple[str, str]]:
         """Warm up, wait until no drill's expected rule is active on its subjects; what is active then."""
@@ -263,7 +266,10 @@ class Runner:
         started = time.time()
         self._wait(lambda: len(m.since(started)) >= 3, 120)
         drills = [d for d, _, _ in ready]
-        clash = lambda: {(r, s) for r, s, _ in self._active_now(time.time()) if owner(drills)(r, s)}  # noqa: E731
+
+        def clash() -> set[tuple[str, str]]:
+            return {(r, s) for r, s, _ in self._active_now(time.time()) if owner(drills)(r, s)}
+
         if not self._wait(lambda: not clash(), 90):
             active = clash()
             for drill, result, _ in ready:
@@ -298,7 +304,10 @@ class Runner:
             stack.enter_context(drill.inject(target))
             injected = time.time()
             self.progress(f"drill {drill.name}: injected, waiting for {', '.join(drill.expected)} to fire")
-            rows = lambda: owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)  # noqa: E731
+
+            def rows() -> list[tuple[float, set[tuple[str, str, str]]]]:
+                return owned_rows([(s.time, active_of(s)) for s in m.since(injected)], drill)
+
             # Alerts are watched from the injection on (a loss alert may end before its cause's begins), and the
             # drill is alerted once each expected rule has been seen in Alertmanager and the diagnosis fired.
             # An alert that lives only for the signal window (a loss) can end between two looks at Alertmanager's

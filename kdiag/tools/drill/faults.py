@@ -97,7 +97,7 @@ def delete_leftover_topics(target: Target) -> list[str]:
 
 
 @contextmanager
-def scanner(log_dirs: list[str]) -> Iterator[subprocess.Popen]:
+def scanner(log_dirs: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     """A separate process re-reading every file of log_dirs while the block runs, and never past this process."""
     # Its own session: a Ctrl-C on the drill (deferred until the revert) does not reach it. Its stdin is a pipe only
     # this process holds, so it reads EOF and exits when this process dies, SIGKILL included.
@@ -137,7 +137,7 @@ def probe_running(target: Target, config: ProbeConfig) -> Iterator[ProbeService]
             probe.stop(30)  # a manager thread outliving the topic would create it again
 
 
-def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager:
+def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager[None]:
     """Produce traffic to each topic at about `rate` messages/s over `keys` keys while the block runs."""
     def run(stop: threading.Event) -> None:
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "1"})
@@ -153,7 +153,7 @@ def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0, keys: in
     return in_background(run)
 
 
-def record_by_record(target: Target, name: str) -> AbstractContextManager:
+def record_by_record(target: Target, name: str) -> AbstractContextManager[None]:
     """A plain client sending 20-byte records one request each (linger.ms=0, batch.num.messages=1)."""
     def run(stop: threading.Event) -> None:
         producer = Producer({"bootstrap.servers": target.bootstrap, "acks": "1", "client.id": "unbatched-app",
@@ -170,7 +170,8 @@ def record_by_record(target: Target, name: str) -> AbstractContextManager:
 
 
 @contextmanager
-def consumers(target: Target, group: str, name: str, count: int, slow_every: float = 0.0, **conf) -> Iterator[None]:
+def consumers(target: Target, group: str, name: str, count: int, slow_every: float = 0.0,
+              **conf: str | int) -> Iterator[None]:
     """`count` members of one group; with slow_every, the last one polls only that often (past max.poll)."""
     # log_level 3: the slow member's "maximum poll interval exceeded" warning is the drill, not news.
     members = [Consumer({"bootstrap.servers": target.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
@@ -254,7 +255,10 @@ def kill_acking_alone(target: Target, probe: ProbeService, leader: int, alone: i
     # Frozen followers fetch nothing and, as the controller majority, cannot shrink the ISR: the high watermark
     # stays put while the leader acks alone, and a follower then takes over without that data.
     others = [broker_pid(target, n) for n in range(1, target.brokers + 1) if n != leader]
-    acked = lambda: probe.per_broker("kdiag_probe_messages_acked_total").get(str(leader), 0.0)  # noqa: E731
+
+    def acked() -> float:
+        return probe.per_broker("kdiag_probe_messages_acked_total").get(str(leader), 0.0)
+
     before = acked()
     try:
         for pid in others:

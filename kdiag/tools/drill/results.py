@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kdiag.analysis.catalog import Rule
 from kdiag.tools.drill.catalog import Drill
 from kdiag.runtime.pipeline import State
 from kdiag.report.html import Timeline
@@ -92,7 +93,7 @@ def owner(drills: list[Drill]) -> Callable[[str, str], bool]:
     return lambda rule, subject: any(d.owns(rule, subject) for d in drills)
 
 
-def owned_rows(rows: list[tuple[float, set[tuple[str, str, str]]]], drill: Drill) -> list[tuple[float, set]]:
+def owned_rows(rows: list[tuple[float, set[tuple[str, str, str]]]], drill: Drill) -> list[tuple[float, set[tuple[str, str, str]]]]:
     """The rows without the drill's expected rules on subjects it does not name (those detect nothing)."""
     return [(t, {(r, s, st) for r, s, st in active if r not in drill.expected or drill.owns(r, s)})
             for t, active in rows]
@@ -109,7 +110,7 @@ def waves(drills: list[Drill], serial: bool = False) -> list[list[Drill]]:
     return out
 
 
-def rule_for(rules, drill: Drill) -> dict[str, float]:
+def rule_for(rules: Iterable[Rule], drill: Drill) -> dict[str, float]:
     """The `for` of each rule the drill expects."""
     return {r.id: r.for_seconds for r in rules if r.id in drill.expected}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LabError
 
 # The controller listener is mutual TLS: the brokers' certificate names them to the controllers.
@@ -33,7 +34,7 @@ def authorizer_lines(zookeeper: bool) -> list[str]:
             f"super.users=User:{lab_security.BROKER_USER};{CONTROLLER_PRINCIPAL}"]
 
 
-def grant(d: Path, info: dict) -> None:
+def grant(d: Path, info: LabInfo) -> None:
     """Create KDIAG_ACLS for User:kdiag, as the brokers' own super user (idempotent: an ACL that exists stays one)."""
     from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ResourcePatternType,
                                        ResourceType)

@@ -11,16 +11,21 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
 
+from kdiag.kafka.jars import lab_dir
 from kdiag.tools.lab import lab
 from kdiag.tools.lab import security as lab_security
 from kdiag.tools.lab import versions as lab_versions
 from kdiag.tools.lab import zookeeper as lab_zookeeper
+from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LabError
+from kdiag.tools.lab.layout import DEFAULT_BASE_PORT, KAFKA_VERSION
 
 
-def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
+def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
     """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
     lines = [
         f"lab: {state} brokers={info['brokers']} security={lab_security.security_of(info)} "
@@ -28,7 +33,7 @@ def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = Non
         f"bootstrap: {info['bootstrap']}",
     ]
     if "zookeeper" in info:
-        zk_state = "running" if lab_zookeeper.running(lab.lab_dir(info["dir"])) else "stopped"
+        zk_state = "running" if lab_zookeeper.running(lab_dir(info["dir"])) else "stopped"
         lines.append(f"zookeeper: {info['zookeeper']} {zk_state}")
     for n in range(1, info["brokers"] + 1):
         node = info["nodes"][str(n)]
@@ -42,8 +47,8 @@ def _info_lines(info: dict, state: str, pids: dict[int, int | None] | None = Non
     return lines
 
 
-def _run(fn):
-    def wrapped(args) -> int:
+def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def wrapped(args: argparse.Namespace) -> int:
         try:
             return fn(args)
         except LabError as e:
@@ -53,9 +58,9 @@ def _run(fn):
 
 
 @_run
-def cmd_up(args) -> int:
+def cmd_up(args: argparse.Namespace) -> int:
     """Handle `kdiag lab up`."""
-    with lab.locked(lab.lab_dir(args.dir)):
+    with lab.locked(lab_dir(args.dir)):
         info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security,
                       args.mode, args.jvm_opts)
     print("\n".join(_info_lines(info, "running")), flush=True)
@@ -63,11 +68,11 @@ def cmd_up(args) -> int:
 
 
 @_run
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     """Handle `kdiag lab status`."""
     info, pids = lab.status(args.dir)
     if not info:
-        print(f"lab: absent dir={lab.lab_dir(args.dir)}")
+        print(f"lab: absent dir={lab_dir(args.dir)}")
         return 1
     state = "running" if all(pids.values()) else "degraded" if any(pids.values()) else "stopped"
     print("\n".join(_info_lines(info, state, pids)))
@@ -75,9 +80,9 @@ def cmd_status(args) -> int:
 
 
 @_run
-def cmd_down(args) -> int:
+def cmd_down(args: argparse.Namespace) -> int:
     """Handle `kdiag lab down`."""
-    d = lab.lab_dir(args.dir)
+    d = lab_dir(args.dir)
     if not lab.down(args.dir, args.purge):
         print(f"lab: absent dir={d}")
         return 0
@@ -87,7 +92,7 @@ def cmd_down(args) -> int:
     return 0
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `lab` subcommand (up, status, down) on an argparse subparsers object."""
     lab_parser = subparsers.add_parser("lab", help="run a local Kafka cluster (KRaft or ZooKeeper) for trying kdiag")
     sub = lab_parser.add_subparsers(dest="lab_command", required=True)
@@ -96,14 +101,14 @@ def add_parser(subparsers) -> None:
     p = sub.add_parser("up", help="start the lab (no-op if already running)")
     p.add_argument("--brokers", type=int, choices=(1, 3), default=1)
     p.add_argument("--dir", help=dir_help)
-    p.add_argument("--kafka-version", help=f"Kafka version from Maven Central (default {lab.KAFKA_VERSION})")
+    p.add_argument("--kafka-version", help=f"Kafka version from Maven Central (default {KAFKA_VERSION})")
     p.add_argument("--mode", choices=lab_versions.MODES,
                    help="kraft (default from 3.3, the only mode of 4.x) or zookeeper (2.x and 3.x; one ZooKeeper "
                         "node on base-port+2)")
     p.add_argument("--jvm-opts", help="extra JVM options for the brokers, e.g. '-XX:+UseParallelGC' "
                                       "(default $KDIAG_LAB_JVM_OPTS)")
     p.add_argument("--base-port", type=int,
-                   help=f"client port of node 1; node N uses base+10*(N-1) (default {lab.DEFAULT_BASE_PORT})")
+                   help=f"client port of node 1; node N uses base+10*(N-1) (default {DEFAULT_BASE_PORT})")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the brokers")
     p.add_argument("--security", choices=lab_security.MODES, default="none",
                    help="client listener: PLAINTEXT, TLS, SCRAM-SHA-512, or SCRAM over TLS; secured modes also "

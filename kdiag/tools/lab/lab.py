@@ -8,8 +8,8 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from kdiag.tools.lab import acls as lab_acls
 from kdiag.tools.lab import nodes as lab_nodes
@@ -17,12 +17,12 @@ from kdiag.tools.lab import security as lab_security
 from kdiag.tools.lab import versions as lab_versions
 from kdiag.tools.lab import zookeeper as lab_zookeeper
 from kdiag.kafka.jars import lab_dir
+from kdiag.tools.lab.info import LabInfo, lab_json
 from kdiag.tools.lab.jars import LabError, check_java, fetch_jars
 from kdiag.tools.lab.layout import (
     DEFAULT_BASE_PORT,
     KAFKA_VERSION,
     jmx_url,
-    lab_json,
     new_cluster_id,
     ports,
     server_properties,
@@ -30,7 +30,7 @@ from kdiag.tools.lab.layout import (
 )
 
 
-def read_lab(dir: str | os.PathLike | None = None) -> dict | None:
+def read_lab(dir: str | os.PathLike[str] | None = None) -> LabInfo | None:
     """Return lab.json of the lab in DIR if at least one of its nodes is running, else None."""
     d = lab_dir(dir)
     info = lab_json(d)
@@ -43,7 +43,7 @@ def read_lab(dir: str | os.PathLike | None = None) -> dict | None:
     return info
 
 
-def lab_config(dir: str | os.PathLike | None = None) -> Path:
+def lab_config(dir: str | os.PathLike[str] | None = None) -> Path:
     """Return DIR/kdiag.yaml, writing it first for a lab started before `lab up` wrote one."""
     d = lab_dir(dir)
     info = lab_json(d)
@@ -71,33 +71,35 @@ def _log_head(path: Path, limit: int = 1_000_000) -> str:
         return ""
 
 
-def mode_of(info: dict) -> str:
+def mode_of(info: LabInfo) -> str:
     """The lab's mode: kraft, or zookeeper (labs written before modes were KRaft)."""
     return info.get("mode", "kraft")
 
 
-def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: str | None = None,
-       timeout: float = 180, security: str = "none", mode: str | None = None, jvm_opts: str | None = None) -> dict:
+def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: int | None = None,
+       kafka_version: str | None = None, timeout: float = 180, security: str = "none", mode: str | None = None,
+       jvm_opts: str | None = None) -> LabInfo:
     """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
     d = lab_dir(dir)
-    old = lab_json(d) or {}
+    old = lab_json(d)
     live = lab_nodes.pids(d, old) if old else {}
-    base = base_port or old.get("base_port") or DEFAULT_BASE_PORT
-    version = kafka_version or old.get("kafka_version") or KAFKA_VERSION
+    base = base_port or (old["base_port"] if old else DEFAULT_BASE_PORT)
+    version = kafka_version or (old["kafka_version"] if old else KAFKA_VERSION)
     mode = mode or (mode_of(old) if old and old["kafka_version"] == version else lab_versions.default_mode(version))
     lab_versions.check_mode(version, mode)
     lab_versions.check_security(version, mode, security)
     opts = lab_nodes.jvm_opts(jvm_opts)
     wanted = (brokers, base, version, security, mode, opts)
-    same = (bool(old) and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
-                           mode_of(old), old.get("jvm_opts", [])) == wanted
-            and (security == "none" or lab_security.secrets_dir(d).is_dir()))  # lost secrets: rebuild
-    if same and all(live.values()):
-        lab_security.write_kdiag_yaml(d, old)
-        return old
+    # The running lab when it was started as wanted, None when there is none or it must be rebuilt.
+    kept = old if (old and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
+                            mode_of(old), old.get("jvm_opts", [])) == wanted
+                   and (security == "none" or lab_security.secrets_dir(d).is_dir())) else None  # lost secrets: rebuild
+    if kept and all(live.values()):
+        lab_security.write_kdiag_yaml(d, kept)
+        return kept
     check_java()
-    if not same:
-        if any(live.values()):
+    if not kept:
+        if old and any(live.values()):
             print("lab config changed: stopping the running lab", file=sys.stderr)
             lab_nodes.stop(d, old)
         lab_zookeeper.stop(d)
@@ -108,14 +110,14 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     lab_security.prepare(d, security)
 
     nodes = {str(n): ports(n, base) for n in range(1, brokers + 1)}
-    to_start = [n for n in range(1, brokers + 1) if not (same and live.get(n))]
+    to_start = [n for n in range(1, brokers + 1) if not (kept and live.get(n))]
     busy = [p for n in to_start for p in nodes[str(n)].values() if not lab_nodes.port_free(p)]
     if mode == "zookeeper" and not lab_zookeeper.running(d) and not lab_nodes.port_free(zookeeper_port(base)):
         busy.append(zookeeper_port(base))
     if busy:
         raise LabError(f"port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use; "
                        "choose another --base-port or stop what uses them")
-    cluster_id = old["cluster_id"] if same else new_cluster_id()
+    cluster_id = kept["cluster_id"] if kept else new_cluster_id()
     for n in range(1, brokers + 1):
         node_dir = d / f"node-{n}"
         node_dir.mkdir(exist_ok=True)
@@ -129,7 +131,7 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
         if unformatted:
             lab_nodes.format_storage(d, unformatted, cluster_id, security)
 
-    info: dict[str, Any] = {
+    info: LabInfo = {
         "brokers": brokers,
         "bootstrap": ",".join(f"127.0.0.1:{nodes[str(n)]['client']}" for n in range(1, brokers + 1)),
         "jmx": {k: jmx_url(v["jmx_port"]) for k, v in nodes.items()},
@@ -146,7 +148,7 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
     if mode == "zookeeper":
         info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
     for n in range(1, brokers + 1):
-        pid = live.get(n) if same else None
+        pid = live.get(n) if kept else None
         info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, opts)
     (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
     lab_security.write_kdiag_yaml(d, info)
@@ -164,7 +166,7 @@ def up(dir=None, brokers: int = 1, base_port: int | None = None, kafka_version: 
 
 
 @contextlib.contextmanager
-def locked(d: Path):
+def locked(d: Path) -> Iterator[None]:
     """Hold an exclusive lock on DIR so concurrent `up`/`down` calls run one after another."""
     d.mkdir(parents=True, exist_ok=True)
     with open(d / ".lock", "w") as f:
@@ -172,7 +174,7 @@ def locked(d: Path):
         yield
 
 
-def _lab_with_node(d: Path, n: int) -> dict:
+def _lab_with_node(d: Path, n: int) -> LabInfo:
     """lab.json of the lab in d; LabError when it has no node n."""
     info = lab_json(d)
     if not info or not 1 <= n <= info["brokers"]:
@@ -180,14 +182,14 @@ def _lab_with_node(d: Path, n: int) -> dict:
     return info
 
 
-def stop_node(n: int, dir=None, timeout: float = 30) -> None:
+def stop_node(n: int, dir: str | os.PathLike[str] | None = None, timeout: float = 30) -> None:
     """Stop node n of the lab in DIR (a controlled shutdown when the others keep the quorum)."""
     d = lab_dir(dir)
     with locked(d):
         lab_nodes.stop(d, _lab_with_node(d, n), timeout, nodes=[n])
 
 
-def start_node(n: int, dir=None, timeout: float = 180) -> dict:
+def start_node(n: int, dir: str | os.PathLike[str] | None = None, timeout: float = 180) -> LabInfo:
     """Start node n of the lab in DIR unless it runs, wait until every broker answers; return lab.json."""
     d = lab_dir(dir)
     with locked(d):
@@ -201,20 +203,22 @@ def start_node(n: int, dir=None, timeout: float = 180) -> dict:
     return info
 
 
-def status(dir=None) -> tuple[dict | None, dict[int, int | None]]:
+def status(dir: str | os.PathLike[str] | None = None) -> tuple[LabInfo | None, dict[int, int | None]]:
     """Return lab.json of the lab in DIR (None if absent) and node id -> live pid (None if stopped)."""
     d = lab_dir(dir)
     info = lab_json(d)
     return info, lab_nodes.pids(d, info) if info else {}
 
 
-def down(dir=None, purge: bool = False) -> bool:
+def down(dir: str | os.PathLike[str] | None = None, purge: bool = False) -> bool:
     """Stop the lab in DIR, with purge also delete its data, secrets and kdiag.yaml; False if there is none."""
     d = lab_dir(dir)
     if not (d / "lab.json").exists():
         return False
     with locked(d):
-        lab_nodes.stop(d, lab_json(d) or {"brokers": 0})
+        info = lab_json(d)
+        if info:
+            lab_nodes.stop(d, info)
         lab_zookeeper.stop(d)
         if purge:
             _remove_data(d)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 import os
 from pathlib import Path
 
@@ -14,7 +13,7 @@ KAFKA_VERSION = "4.4.0"
 DEFAULT_BASE_PORT = 9092
 
 
-def ports(node: int, base: int = DEFAULT_BASE_PORT) -> dict:
+def ports(node: int, base: int = DEFAULT_BASE_PORT) -> dict[str, int]:
     """Return the client, controller and JMX ports of a node."""
     block = base + 10 * (node - 1)
     return {"client": block, "controller": block + 1, "jmx_port": block + 907}
@@ -28,14 +27,6 @@ def zookeeper_port(base: int = DEFAULT_BASE_PORT) -> int:
 def jmx_url(port: int) -> str:
     """Return the JMX service URL for a loopback port."""
     return f"service:jmx:rmi:///jndi/rmi://127.0.0.1:{port}/jmxrmi"
-
-
-def lab_json(d: Path) -> dict | None:
-    """lab.json of the lab in d, None when it is absent or unreadable."""
-    try:
-        return json.loads((d / "lab.json").read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def new_cluster_id() -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kdiag.tools.lab import security as lab_security
 from kdiag.core.procfs import parse_stat
+from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LABFILES, LabError
 from kdiag.kafka.jars import classpath
 
@@ -60,7 +61,7 @@ def _alive(pid: int | None, node_dir: Path) -> bool:
     return stat.state not in ("Z", "X") and "kafka.Kafka" in cmdline and str(node_dir) in cmdline
 
 
-def pids(d: Path, info: dict) -> dict[int, int | None]:
+def pids(d: Path, info: LabInfo) -> dict[int, int | None]:
     """Return node id -> live pid (None if stopped) for the nodes in info."""
     result = {}
     for n in range(1, info["brokers"] + 1):
@@ -141,7 +142,7 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _describe_brokers(d: Path, info: dict) -> list[int]:
+def _describe_brokers(d: Path, info: LabInfo) -> list[int]:
     """Return the broker ids the cluster reports, or [] if it does not answer."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -154,7 +155,7 @@ def _describe_brokers(d: Path, info: dict) -> list[int]:
         return []
 
 
-def wait_ready(d: Path, info: dict, timeout: float) -> None:
+def wait_ready(d: Path, info: LabInfo, timeout: float) -> None:
     """Wait until every broker answers; LabError naming the node that died, or after timeout seconds."""
     t0 = time.monotonic()
     want = list(range(1, info["brokers"] + 1))
@@ -188,7 +189,7 @@ def wait_ready(d: Path, info: dict, timeout: float) -> None:
         time.sleep(1)
 
 
-def stop(d: Path, info: dict, timeout: float = 30, nodes: list[int] | None = None) -> None:
+def stop(d: Path, info: LabInfo, timeout: float = 30, nodes: list[int] | None = None) -> None:
     """SIGTERM every running node (or only those in nodes), wait up to timeout, then SIGKILL what is left."""
     running = {n: pid for n, pid in pids(d, info).items() if pid}
     live = {n: pid for n, pid in running.items() if nodes is None or n in nodes}

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from kdiag.core.redact import mask_values
+from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LabError, need
 
 MODES = ("none", "ssl", "sasl_plaintext", "sasl_ssl")
@@ -34,7 +35,7 @@ INTRUDER = "intruder"  # a SCRAM user without any ACL (kdiag/tools/lab/acls.py)
 CERT_DAYS = 825
 
 
-def security_of(info: dict) -> str:
+def security_of(info: LabInfo) -> str:
     """The security mode of a lab.json ("none" for labs started before --security existed)."""
     return info.get("security", "none")
 
@@ -218,7 +219,7 @@ def jmx_flags(d: Path, mode: str) -> list[str]:
     return [f"-Dcom.sun.management.config.file={secrets_dir(d) / 'management.properties'}"]
 
 
-def _client(d: Path, mode: str) -> dict:
+def _client(d: Path, mode: str) -> dict[str, str]:
     """kafka.client of kdiag.yaml: librdkafka properties, the SASL password as a file."""
     if mode == "none":
         return {}
@@ -232,7 +233,7 @@ def _client(d: Path, mode: str) -> dict:
     return client
 
 
-def client_conf(d: Path, mode: str) -> dict:
+def client_conf(d: Path, mode: str) -> dict[str, str]:
     """librdkafka properties for the lab's own clients, the SASL password read in."""
     conf = _client(d, mode)
     if "sasl.password_file" in conf:
@@ -240,10 +241,10 @@ def client_conf(d: Path, mode: str) -> dict:
     return conf
 
 
-def kdiag_config(d: Path, info: dict) -> dict:
+def kdiag_config(d: Path, info: LabInfo) -> dict[str, dict[str, object]]:
     """A complete kdiag config for the lab: bootstrap, JMX (with credentials) and client security."""
     mode = security_of(info)
-    kafka = {
+    kafka: dict[str, object] = {
         "bootstrap_servers": info["bootstrap"],
         "jmx": [info["jmx"][n] for n in sorted(info["jmx"], key=int)],
         "jmx_classpath": str(d / "libs" / "*"),
@@ -258,7 +259,7 @@ def kdiag_config(d: Path, info: dict) -> dict:
     return {"kafka": kafka}
 
 
-def write_kdiag_yaml(d: Path, info: dict) -> None:
+def write_kdiag_yaml(d: Path, info: LabInfo) -> None:
     """Write DIR/kdiag.yaml (secrets stay in DIR/secrets; the file only names them)."""
     header = (f"# Written by `kdiag lab up` (security: {security_of(info)}); "
               f"kdiag run --config {d / 'kdiag.yaml'}\n")
