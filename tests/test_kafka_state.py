@@ -11,9 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from kdiag.collectors.host.loadavg import LoadavgCollector
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.collectors.kafka.jmx import KafkaJmxCollector
 from kdiag.core.archive import KAFKA_STATE_VERSION
-from kdiag.core.root import SnapshotRoot
+from kdiag.core.root import Root, SnapshotRoot
 from kdiag.kafka.state import ADMIN, JMX, read_admin_state, read_jmx_state
+from kdiag.recording.recording import Recording, record
+from kdiag.runtime.pipeline import CollectorSet
 
 pytestmark = pytest.mark.unit
 
@@ -38,6 +43,20 @@ def snapshot(tmp_path: Path, kafka: object) -> Path:
 
 def admin_fixture() -> dict:
     return json.loads((FIXTURES / "admin-state.json").read_text())
+
+
+def test_a_recording_keeps_the_states_at_the_current_version_and_replays_the_same_samples(tmp_path: Path) -> None:
+    admin, jmx = KafkaAdminCollector("127.0.0.1:1"), KafkaJmxCollector(["127.0.0.1:1"], classpath="unused")
+    admin.fetch = admin_fixture  # type: ignore[method-assign]
+    jmx.fetch = lambda: json.loads((FIXTURES / "jmx-state.json").read_text())  # type: ignore[method-assign]
+    host = TESTS / "fixtures" / "host-vm2"
+    live = Root(host / "proc", host / "sys", clock=lambda: 1764430000.0)
+    out = record(tmp_path / "rec", 0, 1, CollectorSet([LoadavgCollector(), admin, jmx]), live, progress=lambda m: None)
+    kafka = json.loads((out / "0000" / "kafka.json").read_text())
+    assert kafka["version"] == KAFKA_STATE_VERSION and set(kafka["sources"]) == {ADMIN, JMX}
+    [replayed] = Recording(out).roots()
+    for collector in (admin, jmx):
+        assert collector.collect(replayed) == collector.collect(live)
 
 
 def snapshots(recording: Path, tmp_path: Path) -> list[Path]:
