@@ -112,7 +112,7 @@ def read_jmx_state(recorded: object, version: int) -> JmxState:
     return cast(JmxState, _checked(recorded, JmxState, ""))
 
 
-def lag_totals(per_partition: dict[str, dict[str, int]]) -> dict[str, TopicLag]:
+def _lag_totals(per_partition: dict[str, dict[str, int]]) -> dict[str, TopicLag]:
     """A group's lag per topic and partition as the admin state keeps it: per topic, sum and largest."""
     return {t: {"sum": sum(parts.values()), "max": max(parts.values())} for t, parts in per_partition.items() if parts}
 
@@ -131,7 +131,7 @@ def _admin_from_v1(recorded: object) -> dict[str, Any]:
     if _own_version(state, (1, 2)) == 2:
         return state
     groups = cast(dict[str, _LagV1], _checked(state.get("consumer_groups"), dict[str, _LagV1], "consumer_groups"))
-    upgraded = {g: {**state["consumer_groups"][g], "lag": lag_totals(v["lag"])} for g, v in groups.items()}
+    upgraded = {g: {**state["consumer_groups"][g], "lag": _lag_totals(v["lag"])} for g, v in groups.items()}
     return {**state, "consumer_groups": upgraded}
 
 
@@ -177,6 +177,7 @@ def _checked_typeddict(value: dict[str, Any], kind: type, key: str) -> dict[str,
 
 @functools.cache
 def _fields(kind: type) -> dict[str, Any]:
+    """A TypedDict's keys and their types (NotRequired left out), resolved once."""
     return get_type_hints(kind)
 
 
