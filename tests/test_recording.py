@@ -17,6 +17,7 @@ from kdiag.app.wiring import host_collectors, replay
 from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.recording.recording import FORMAT, VERSION, Recording, RecordingError, record
+from kdiag.core.archive import KAFKA_STATE_VERSION
 from kdiag.core.root import Root, SnapshotRoot
 
 FIXTURE = Path(__file__).parent / "fixtures" / "host-vm2"
@@ -327,7 +328,7 @@ def test_unreadable_kafka_json_fails_only_that_snapshots_kafka_collector(tmp_pat
     d = tmp_path / "rec"
     shutil.copytree(from_fixture, d, symlinks=True)
     admin = json.loads((Path(__file__).parent / "fixtures" / "kafka" / "admin-state.json").read_text())
-    (d / "0000" / "kafka.json").write_text(json.dumps({"version": 1, "sources": {"admin": admin}}))
+    (d / "0000" / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": {"admin": admin}}))
     (d / "0001" / "kafka.json").write_text('{"version": 1, "sources": {"admin": ')  # cut short
     recording = Recording(d)
     assert recording.kafka_sources() == {"admin"}

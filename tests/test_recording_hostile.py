@@ -16,7 +16,7 @@ import pytest
 
 from kdiag.cli.main import main
 from kdiag.recording.recording import Recording, RecordingError
-from kdiag.core.archive import MAX_FILE_BYTES
+from kdiag.core.archive import KAFKA_STATE_VERSION, MAX_FILE_BYTES
 
 RECORDINGS = Path(__file__).parent / "recordings"
 ADMIN_STATE = Path(__file__).parent / "fixtures" / "kafka" / "admin-state.json"
@@ -249,7 +249,7 @@ def test_bad_snapshot_time_is_one_line_naming_meta_json(rec: Path, time: str, ca
 @pytest.mark.integration
 def test_deeply_nested_kafka_json_fails_only_that_snapshots_kafka_collectors(rec: Path) -> None:
     admin = json.loads(ADMIN_STATE.read_text())
-    (rec / "0000" / "kafka.json").write_text(json.dumps({"version": 1, "sources": {"admin": admin}}))
+    (rec / "0000" / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": {"admin": admin}}))
     (rec / "0001" / "kafka.json").write_text("[" * 100000)
     result = kdiag("diagnose", "--from", str(rec), "--format", "json")
     assert result.returncode == 0, result.stderr

@@ -24,12 +24,24 @@ MAX_LINK_HOPS = 40
 MAX_READ = 2**20
 MAX_JSON_BYTES = 2**20  # manifest.json and meta.json
 MAX_EPOCH = 1e10  # the year 2286
+# kafka.json's one version: the shape of every state it holds (their types: kdiag/kafka/state.py; what each version
+# changed and how older ones read: docs/RECORDING.md). Versions below it are read, newer ones refused.
+KAFKA_STATE_VERSION = 2
 
 
 class RecordingError(KdiagError):
     """A recording that cannot be read, with the path and what is wrong; exit_code 2 when the path is a usage error."""
 
     exit_code = 1
+
+
+class StateError(ValueError):
+    """A recorded state that is not of its type: the key path inside it and what is wrong."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"{key}: {problem}" if key else problem)
+        self.key = key
+        self.problem = problem
 
 
 def is_number(value: object) -> bool:

@@ -9,13 +9,18 @@ import time
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from kdiag.core.archive import MAX_EPOCH, MAX_JSON_BYTES, is_number, read_recorded, resolve_inside
+from kdiag.core.archive import (KAFKA_STATE_VERSION, MAX_EPOCH, MAX_JSON_BYTES, StateError, is_number, read_recorded,
+                                resolve_inside)
 from kdiag.core.quote import quote
 from kdiag.core.redact import redact_cmdline_file
 
 READ_CHUNK = 65536
+State = TypeVar("State")
+# How a recorded state reads back as its type: (the JSON value, kafka.json's version) -> the state; StateError when the
+# value is not of the type.
+StateReader = Callable[[object, int], State]
 
 
 class Root:
@@ -79,8 +84,8 @@ class Root:
         """Whether a path exists under the proc or sys tree (symlinks count even when dangling)."""
         return os.path.lexists(self._path(tree, rel))
 
-    def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
-        """State of one Kafka source: fetched live here, read from kafka.json in a snapshot."""
+    def kafka(self, source: str, fetch: Callable[[], State], parse: StateReader[State] | None = None) -> State:
+        """State of one Kafka source: fetched live here, read from kafka.json in a snapshot (through `parse`)."""
         return fetch()
 
 
@@ -129,24 +134,43 @@ class SnapshotRoot(Root):
         return True
 
     @cached_property
-    def kafka_sources(self) -> dict[str, Any]:
-        """The Kafka sources' states in this snapshot's kafka.json ({} without one); ValueError when it is unreadable."""
+    def _kafka_json(self) -> tuple[int, dict[str, Any]]:
+        """kafka.json's version and its sources' states ((KAFKA_STATE_VERSION, {}) without one); ValueError naming the
+        file when it is unreadable or of a version this kdiag does not read."""
         path = self.directory / "kafka.json"
         if not path.exists():
-            return {}
+            return KAFKA_STATE_VERSION, {}
         try:
-            sources = json.loads(read_recorded(str(path))).get("sources", {})
+            recorded = json.loads(read_recorded(str(path)))
+            version, sources = recorded.get("version"), recorded.get("sources", {})
         except (OSError, ValueError, AttributeError, RecursionError) as e:
             raise ValueError(f"{path}: not a kdiag Kafka state ({type(e).__name__}: {str(e)[:200]})") from None
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= KAFKA_STATE_VERSION:
+            raise ValueError(f"{path}: version {quote(version)} is not a kafka.json version this kdiag reads "
+                             f"(1 to {KAFKA_STATE_VERSION})")
         if not isinstance(sources, dict):
             raise ValueError(f'{path}: "sources" is not an object')
-        return sources
+        return version, sources
 
-    def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
-        """Recorded state of one Kafka source; KeyError when this snapshot has none."""
-        if source not in self.kafka_sources:
-            raise KeyError(f"{self.directory / 'kafka.json'} has no '{source}' state")
-        return self.kafka_sources[source]
+    @property
+    def kafka_sources(self) -> dict[str, Any]:
+        """The Kafka sources' states in this snapshot's kafka.json as recorded ({} without one)."""
+        return self._kafka_json[1]
+
+    def kafka(self, source: str, fetch: Callable[[], State], parse: StateReader[State] | None = None) -> State:
+        """Recorded state of one Kafka source, read by `parse`; KeyError when this snapshot has none, ValueError naming
+        the file and key when it is not of its type."""
+        path = self.directory / "kafka.json"
+        version, sources = self._kafka_json
+        if source not in sources:
+            raise KeyError(f"{path} has no '{source}' state")
+        if parse is None:
+            return cast(State, sources[source])  # a state without a reader is checked by its collector
+        try:
+            return parse(sources[source], version)
+        except StateError as e:
+            where = ".".join(["sources", source, *([e.key] if e.key else [])])
+            raise ValueError(f"{path}: {where}: {e.problem}") from None
 
 
 # Target of an fd link whose name was listed but whose target was not read while recording.
@@ -240,7 +264,7 @@ class TeeRoot(Root):
             os.symlink(link, target)
         return link
 
-    def kafka(self, source: str, fetch: Callable[[], Any]) -> Any:
+    def kafka(self, source: str, fetch: Callable[[], State], parse: StateReader[State] | None = None) -> State:
         state = fetch()
         self.kafka_state[source] = state
         return state

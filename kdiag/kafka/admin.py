@@ -1,8 +1,8 @@
 """Cluster, topic, config and consumer-lag facts fetched through the Kafka AdminClient (confluent-kafka).
 
-`fetch_admin_state` asks the cluster (a few batched requests per cycle) and returns a versioned,
-JSON-serialisable dict; `samples_from_admin_state` (collectors/kafka/admin_samples.py) turns that dict into samples.
-Recordings store the dict through `Root.kafka("admin", ...)`, so a replay derives exactly the samples the
+`fetch_admin_state` asks the cluster (a few batched requests per cycle) and returns an AdminState (kafka/state.py:
+the JSON shape recordings keep); `samples_from_admin_state` (collectors/kafka/admin_samples.py) turns it into samples.
+Recordings store it through `Root.kafka("admin", ...)`, so a replay derives exactly the samples the
 live run did. Its cost stays flat with the partition count: log end offsets come in one ListOffsets request
 per leader (a Consumer's offsets_for_times, not a Python future per partition), configs are re-read every
 configs_interval (new topics' at once), and Empty groups are not described.
@@ -14,10 +14,10 @@ import contextlib
 import logging
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypedDict
 
-# 2: a group's lag per topic as {"sum", "max"} (1: per partition, 100,000 entries at 1,000 groups; still read).
-VERSION = 2
+from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
+
 # AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
 # offsets_for_times call over all of them costs 0.45 s (librdkafka matches each answer by a linear search);
 # batches of 500, one ListOffsets request per leader each, cost 0.03 s (measured on the lab, see benchmarks/scale.py).
@@ -81,33 +81,37 @@ def _results(futures: dict[Any, Future], deadline: float) -> dict[Any, Any]:
     return out
 
 
-def _cluster(admin: Any, deadline: float) -> dict[str, Any]:
+class PickedConfigs(TypedDict):
+    """The wanted config entries of one topic or broker: raw values, and where the set ones come from."""
+
+    values: ConfigValues
+    sources: ConfigSources
+
+
+def _cluster(admin: Any, deadline: float) -> tuple[str | None, int, list[Broker]]:
     """Cluster id, controller and brokers from describe_cluster (librdkafka asks Metadata, which every 2.x answers)."""
     desc = admin.describe_cluster(request_timeout=_left(deadline)).result(timeout=_left(deadline))
-    brokers = [{"id": n.id, "host": n.host, "port": n.port, "rack": n.rack} for n in desc.nodes]
-    return {
-        "cluster_id": desc.cluster_id,
-        "controller_id": desc.controller.id if desc.controller else -1,
-        "brokers": sorted(brokers, key=lambda b: b["id"]),
-    }
+    brokers: list[Broker] = [{"id": n.id, "host": n.host, "port": n.port, "rack": n.rack} for n in desc.nodes]
+    return desc.cluster_id, desc.controller.id if desc.controller else -1, sorted(brokers, key=lambda b: b["id"])
 
 
-def _topics(admin: Any, deadline: float) -> dict[str, dict[str, Any]]:
+def _topics(admin: Any, deadline: float) -> dict[str, Topic]:
     """Partitions (leader, replicas, isr) of every non-internal topic, from one metadata request."""
     metadata = admin.list_topics(timeout=_left(deadline))
-    topics = {}
+    topics: dict[str, Topic] = {}
     for name, topic in sorted(metadata.topics.items()):
         if name.startswith("__"):
             continue
-        partitions = [
+        partitions: list[Partition] = [
             {"partition": p.id, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs), "log_end_offset": None}
             for p in topic.partitions.values()
         ]
-        topics[name] = {"partitions": sorted(partitions, key=lambda p: p["partition"]), "configs": {}}
+        topics[name] = {"partitions": sorted(partitions, key=lambda p: p["partition"]), "configs": {}, "config_sources": {}}
     return topics
 
 
-def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float) -> tuple[dict, dict]:
+def _configs(admin: Any, topics: list[str], brokers: list[int],
+             deadline: float) -> tuple[dict[str, PickedConfigs], dict[str, PickedConfigs]]:
     """Wanted topic and broker configs as raw strings; one request per broker, topics ride on the first."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
@@ -120,7 +124,8 @@ def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float)
         if batch:
             futures.update(admin.describe_configs(batch, request_timeout=_left(deadline)))
     got = _results(futures, deadline)
-    topic_configs, broker_configs = {}, {}
+    topic_configs: dict[str, PickedConfigs] = {}
+    broker_configs: dict[str, PickedConfigs] = {}
     for res, entries in got.items():
         if res.restype == ResourceType.TOPIC:
             topic_configs[res.name] = _pick(entries, TOPIC_CONFIGS)
@@ -129,7 +134,7 @@ def _configs(admin: Any, topics: list[str], brokers: list[int], deadline: float)
     return topic_configs, dict(sorted(broker_configs.items(), key=lambda kv: int(kv[0])))
 
 
-def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str, str | None]]:
+def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> PickedConfigs:
     """The named config entries' raw values (None where Kafka reports null) and where the set ones come from."""
     from confluent_kafka.admin import ConfigSource
 
@@ -140,12 +145,12 @@ def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> dict[str, dict[str
     return {"values": {e.name: e.value for e in picked}, "sources": sources}
 
 
-def _log_end_offsets(consumer: Any, topics: dict[str, dict], deadline: float) -> dict[tuple[str, int], int]:
+def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -> dict[tuple[str, int], int]:
     """Latest offset of every partition with a leader, OFFSETS_BATCH partitions per offsets_for_times call."""
     from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
     wanted = [TopicPartition(t, p["partition"], OFFSET_END) for t, d in topics.items() for p in d["partitions"]
-              if p["leader"] is not None and p["leader"] >= 0]
+              if p["leader"] >= 0]
     out = {}
     for start in range(0, len(wanted), OFFSETS_BATCH):
         # A batch that fails (its leader just died) only loses its partitions' offsets.
@@ -155,7 +160,7 @@ def _log_end_offsets(consumer: Any, topics: dict[str, dict], deadline: float) ->
     return out
 
 
-def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: CommittedCache) -> dict[str, dict[str, Any]]:
+def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache) -> dict[str, Group]:
     """State, member count and lag (per topic: sum and largest partition) of every consumer group."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
@@ -181,7 +186,7 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: Com
     for g, answer in _results(offsets, deadline).items():
         committed.put(g, states[g], answer.topic_partitions)
     ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
-    groups = {}
+    groups: dict[str, Group] = {}
     for g in ids:
         if states[g] == "EMPTY":
             state, members = "EMPTY", []
@@ -196,9 +201,9 @@ def _groups(admin: Any, topics: dict[str, dict], deadline: float, committed: Com
     return groups
 
 
-def _lag(committed: dict[str, list[tuple[int, int]]], ends: dict[str, dict[int, int | None]]) -> dict[str, dict[str, int]]:
+def _lag(committed: dict[str, list[tuple[int, int]]], ends: dict[str, dict[int, int | None]]) -> dict[str, TopicLag]:
     """Per topic, the group's lag summed over its committed partitions and the largest partition lag."""
-    lag = {}
+    lag: dict[str, TopicLag] = {}
     for topic, offsets in sorted(committed.items()):
         topic_ends = ends.get(topic, {})
         total = largest = 0
@@ -221,10 +226,11 @@ class ConfigCache:
     def __init__(self, interval: float):
         self.interval = interval
         self._at = -float("inf")
-        self._topics: dict[str, dict] = {}
-        self._brokers: dict[str, dict] = {}
+        self._topics: dict[str, PickedConfigs] = {}
+        self._brokers: dict[str, PickedConfigs] = {}
 
-    def get(self, admin: Any, topics: list[str], brokers: list[int], deadline: float) -> tuple[dict, dict]:
+    def get(self, admin: Any, topics: list[str], brokers: list[int],
+            deadline: float) -> tuple[dict[str, PickedConfigs], dict[str, PickedConfigs]]:
         """(topic configs, broker configs) as _configs returns them, from the cluster when due."""
         if time.monotonic() - self._at >= self.interval or sorted(self._brokers, key=int) != [str(b) for b in brokers]:
             self._topics, self._brokers = _configs(admin, topics, brokers, deadline)
@@ -275,34 +281,38 @@ class CommittedCache:
         return self._offsets.get(group, {})
 
 
-def _on_broker(topics: dict[str, dict], broker: int | None) -> list[str]:
+def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
     """The topics with a replica on the broker (none when there is no local broker)."""
     return [t for t, d in topics.items() if any(broker in p["replicas"] for p in d["partitions"])]
 
 
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
-                      local_broker: int | None = None) -> dict[str, Any]:
+                      local_broker: int | None = None) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
     (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
     deadline = time.monotonic() + timeout
-    state: dict[str, Any] = {"version": VERSION, **_cluster(admin, deadline)}
+    cluster_id, controller_id, cluster_brokers = _cluster(admin, deadline)
     topics = _topics(admin, deadline)
-    brokers = [b["id"] for b in state["brokers"]]
+    brokers = [b["id"] for b in cluster_brokers]
     if not full:
-        state["scope"] = "local"
         brokers = [b for b in brokers if local_broker is None or b == local_broker]
     topic_configs, broker_configs = (configs or ConfigCache(0)).get(
         admin, list(topics) if full else _on_broker(topics, local_broker), brokers, deadline)
-    state["broker_configs"] = {b: picked["values"] for b, picked in broker_configs.items()}
-    state["broker_config_sources"] = {b: picked["sources"] for b, picked in broker_configs.items()}
     ends = _log_end_offsets(consumer, topics, deadline) if full else {}
     for name, topic in topics.items():
-        picked = topic_configs.get(name, {})
-        topic["configs"], topic["config_sources"] = picked.get("values", {}), picked.get("sources", {})
+        if picked := topic_configs.get(name):
+            topic["configs"], topic["config_sources"] = picked["values"], picked["sources"]
         for p in topic["partitions"]:
             p["log_end_offset"] = ends.get((name, p["partition"]))
-    state["topics"] = topics
-    state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0)) if full else {}
+    state: AdminState = {
+        "cluster_id": cluster_id, "controller_id": controller_id, "brokers": cluster_brokers,
+        "broker_configs": {b: picked["values"] for b, picked in broker_configs.items()},
+        "broker_config_sources": {b: picked["sources"] for b, picked in broker_configs.items()},
+        "topics": topics,
+        "consumer_groups": _groups(admin, topics, deadline, committed or CommittedCache(0)) if full else {},
+    }
+    if not full:
+        state["scope"] = "local"
     return state

@@ -11,6 +11,7 @@ from typing import Any
 from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
 from kdiag.kafka.client import ClientSettings, ErrorLog
 from kdiag.kafka.record_time import RecordTimes
+from kdiag.kafka.state import AdminState
 from kdiag.core.worker_process import serve
 
 
@@ -59,7 +60,7 @@ class AdminSession:
         self.record_times.close()
 
     def fetch(self, full: bool = True, local_broker: int | None = None,
-              record_times: list[list[str]] | None = None) -> dict[str, Any]:
+              record_times: list[list[str]] | None = None) -> AdminState:
         """Live admin state (see fetch_admin_state for `full`); KafkaAdminError naming the bootstrap servers when the
         cluster fails to answer."""
         from confluent_kafka import KafkaException

@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from kdiag.kafka.state import AdminState
+
 MAX_READS = 8
 READ_SECONDS = 2.0
 FETCH_BYTES = 65536
@@ -46,14 +48,13 @@ class RecordTimes:
         if consumer is not None:
             consumer.close()
 
-    def add_to(self, state: dict[str, Any], asked: list[list[str]], committed: Callable[[str], Committed]) -> None:
+    def add_to(self, state: AdminState, asked: list[list[str]], committed: Callable[[str], Committed]) -> None:
         """Set `record_time` (seconds since the epoch) on the lag of each asked (group, topic) in state: the oldest
         record at its committed offsets that are behind the log end."""
         ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in state["topics"].items()}
         behind: dict[tuple[str, str], list[tuple[int, int, int]]] = {}  # (group, topic) -> (lag, partition, offset)
         for group, topic in asked:
-            lag = state["consumer_groups"].get(group, {}).get("lag", {}).get(topic)
-            if lag is None:
+            if (g := state["consumer_groups"].get(group)) is None or topic not in g["lag"]:
                 continue
             topic_ends = ends.get(topic, {})
             behind[group, topic] = sorted(((end - offset, p, offset) for p, offset in committed(group).get(topic, [])

@@ -1,4 +1,4 @@
-"""Recordings (contract in DESIGN.md): a directory, or a .tar.gz of one, of timed /proc, /sys and Kafka snapshots."""
+"""Recordings (the format: docs/RECORDING.md): a directory, or a .tar.gz of one, of timed /proc, /sys and Kafka snapshots."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ from pathlib import Path
 
 from kdiag.core.outfile import check_output_dir
 from kdiag.runtime.pipeline import CollectorSet
-from kdiag.core.archive import MAX_JSON_BYTES, RecordingError, check_tree, extract, is_number, read_recorded
+from kdiag.core.archive import (KAFKA_STATE_VERSION, MAX_JSON_BYTES, RecordingError, check_tree, extract, is_number,
+                                read_recorded)
 from kdiag.core.quote import quote
 from kdiag.core.root import Root, SnapshotRoot, TeeRoot, recorded_time
 
 FORMAT = "kdiag-recording"
 VERSION = 1
-KAFKA_STATE_VERSION = 1
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600
 MAX_HOST = 255
 

@@ -22,12 +22,12 @@ from kdiag.core.sample import GAUGE, sample
 STEADY = [(1000.0 + 10 * i, 100.0 * i) for i in range(10)]
 
 
-def state(ends: dict[str, list[int | None]], lags: dict[str, dict[str, int]], version: int = 2) -> dict:
+def state(ends: dict[str, list[int | None]], lags: dict[str, dict[str, int]]) -> dict:
     """An admin state: per topic, its partitions' log end offsets; per group, its lag per topic."""
-    topics = {t: {"partitions": [{"partition": i, "log_end_offset": e} for i, e in enumerate(parts)]}
+    topics = {t: {"partitions": [{"partition": i, "log_end_offset": e} for i, e in enumerate(parts)], "configs": {}}
               for t, parts in ends.items()}
     groups = {g: {"lag": {t: {"sum": n, "max": n} for t, n in per_topic.items()}} for g, per_topic in lags.items()}
-    return {"version": version, "topics": topics, "consumer_groups": groups}
+    return {"topics": topics, "consumer_groups": groups}
 
 
 def lag_seconds(samples: list, **labels: str) -> float | None:
@@ -132,16 +132,6 @@ def test_points_older_than_the_retention_are_forgotten():
         out = clock.samples(1000.0 + 10 * i, state({"t": [100 * i]}, {"g": {"t": 500}}), SeriesFilter())
     # At t=1090 the end is 900; 400 was the end at t=1040, before the 30 s retention.
     assert lag_seconds(out, group="g", topic="t") is None
-
-
-def test_a_version_1_state_with_lag_per_partition_reads_the_same():
-    clock = LagClock()
-    for i in range(3):
-        old = state({"t": [100 * i, 100 * i]}, {})
-        old["version"] = 1
-        old["consumer_groups"] = {"g": {"lag": {"t": {"0": 50 * i, "1": 50 * i}}}}
-        out = clock.samples(1000.0 + 10 * i, old, SeriesFilter())
-    assert lag_seconds(out, group="g", topic="t") == pytest.approx(10.0)
 
 
 def test_the_kafka_series_cap_counts_lag_seconds_and_drops_its_per_topic_series_first():

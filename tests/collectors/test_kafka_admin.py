@@ -22,6 +22,7 @@ from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups
 from kdiag.config.settings import Config
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.collectors.kafka.admin_samples import config_number, samples_from_admin_state
+from kdiag.core.archive import KAFKA_STATE_VERSION
 from kdiag.core.root import Root, SnapshotRoot, TeeRoot
 from kdiag.core.sample import COUNTER, Sample
 
@@ -55,14 +56,6 @@ def value(samples: list[Sample], name: str, /, **labels: object) -> float:
 
 def test_golden():
     assert_golden("kafka-admin-lab", samples_from_admin_state(load_state()))
-
-
-def test_version_1_state_reads_as_its_version_2_form():
-    old = load_state()  # captured as version 1: lag per partition
-    new = copy.deepcopy(old) | {"version": 2}
-    for g in new["consumer_groups"].values():
-        g["lag"] = {t: {"sum": sum(parts.values()), "max": max(parts.values())} for t, parts in g["lag"].items()}
-    assert old["version"] == 1 and samples_from_admin_state(new) == samples_from_admin_state(old)
 
 
 def test_fixture_shows_the_skew_and_forced_flush():
@@ -143,14 +136,9 @@ def test_config_number():
     assert config_number(None) is None and config_number("/data/kafka") is None
 
 
-def test_unknown_version_rejected():
-    with pytest.raises(ValueError, match="version"):
-        samples_from_admin_state({**load_state(), "version": 99})
-
-
 def test_snapshot_replay_never_connects(tmp_path):
     (tmp_path / "meta.json").write_text('{"time": 1764430000.0}')
-    (tmp_path / "kafka.json").write_text(json.dumps({"sources": {"admin": load_state()}}))
+    (tmp_path / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": {"admin": load_state()}}))
     collector = KafkaAdminCollector("127.0.0.1:1")
     assert collector.collect(SnapshotRoot(tmp_path)) == samples_from_admin_state(load_state())
     assert collector.worker.pid() is None
@@ -162,7 +150,7 @@ def test_kdiags_own_groups_are_left_out_of_the_consumer_group_samples(tmp_path):
     for own in ("kdiag-coordination", "kdiag-probe-broker-1"):
         state["consumer_groups"][own] = copy.deepcopy(state["consumer_groups"][user_group])
     (tmp_path / "meta.json").write_text('{"time": 1764430000.0}')
-    (tmp_path / "kafka.json").write_text(json.dumps({"sources": {"admin": state}}))
+    (tmp_path / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": {"admin": state}}))
     own = KafkaAdminCollector("127.0.0.1:1", own_groups=("kdiag-coordination", "kdiag-probe-*"))
     groups = {dict(s.labels).get("group") for s in own.collect(SnapshotRoot(tmp_path))}
     assert user_group in groups and not groups & {"kdiag-coordination", "kdiag-probe-broker-1"}
@@ -300,7 +288,7 @@ def test_live_recording_replays_the_same_samples(lab_topics, tmp_path):
     with contextlib.closing(KafkaAdminCollector(lab_topics["bootstrap"])) as collector:
         live = collector.collect(tee)
     (tmp_path / "meta.json").write_text(json.dumps({"time": tee.now()}))
-    (tmp_path / "kafka.json").write_text(json.dumps({"sources": tee.kafka_state}))
+    (tmp_path / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": tee.kafka_state}))
     assert KafkaAdminCollector("127.0.0.1:1").collect(SnapshotRoot(tmp_path)) == live
 
 

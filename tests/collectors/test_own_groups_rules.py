@@ -14,6 +14,7 @@ from kdiag.analysis.subject_kinds import compute_signals
 from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups
 from kdiag.config.settings import Config
 from kdiag.core.history import History
+from kdiag.core.archive import KAFKA_STATE_VERSION
 from kdiag.core.root import SnapshotRoot
 
 START = 1764430000.0
@@ -26,7 +27,7 @@ def idle_members_flagged(tmp_path: Path, groups: tuple[str, ...]) -> set[str]:
     template = next(iter(state["consumer_groups"].values()))
     state["consumer_groups"] = {g: {**copy.deepcopy(template), "members": 2, "idle_members": 1} for g in groups}
     (tmp_path / "meta.json").write_text(json.dumps({"time": START}))
-    (tmp_path / "kafka.json").write_text(json.dumps({"sources": {"admin": state}}))
+    (tmp_path / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": {"admin": state}}))
     collector = KafkaAdminCollector("127.0.0.1:1", own_groups=own_groups(Config()))
     samples = collector.collect(SnapshotRoot(tmp_path))
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import cast
 
 from kdiag.collectors.kafka.admin_samples import HELP, samples_from_admin_state
 from kdiag.collectors.kafka.lag import HELP as LAG_HELP, LagClock
@@ -13,12 +13,12 @@ from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.state import ADMIN, AdminState, read_admin_state
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.probe import PROBE_GROUP_PREFIX
 from kdiag.config.settings import Config
 
-SOURCE = "admin"
 ADMIN_HELP = {**HELP, **LAG_HELP}
 
 
@@ -80,7 +80,7 @@ class KafkaAdminCollector(Collector):
         """Read cluster-wide state from the next fetch on (this daemon reports cluster scope), or only local state."""
         self._full = full
 
-    def fetch(self) -> dict[str, Any]:
+    def fetch(self) -> AdminState:
         """Live admin state from the child; KafkaAdminError when the cluster fails to answer or the child dies."""
         try:
             # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
@@ -93,12 +93,13 @@ class KafkaAdminCollector(Collector):
         if "error" in answer:
             raise KafkaAdminError(answer["error"])
         self.full_fetches += full
-        return answer["state"]
+        # The child runs this same code: its answer is an AdminState by construction, not input to check.
+        return cast(AdminState, answer["state"])
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
         self.child_cpu_seconds = 0.0
-        state = self._without_own_groups(root.kafka(SOURCE, self.fetch))
+        state = self._without_own_groups(root.kafka(ADMIN, self.fetch, read_admin_state))
         samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
         samples += self.lag_clock.samples(root.now(), state, self.group_series)
         return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
@@ -106,8 +107,8 @@ class KafkaAdminCollector(Collector):
     def _own(self, group: str) -> bool:
         return any(group.startswith(g[:-1]) if g.endswith("*") else group == g for g in self.own_groups)
 
-    def _without_own_groups(self, state: dict[str, Any]) -> dict[str, Any]:
-        groups = state.get("consumer_groups") or {}
+    def _without_own_groups(self, state: AdminState) -> AdminState:
+        groups = state["consumer_groups"]
         if not any(self._own(g) for g in groups):
             return state
         return {**state, "consumer_groups": {g: v for g, v in groups.items() if not self._own(g)}}

@@ -7,11 +7,10 @@ kafka.max_partition_series); per-topic lag only for groups kafka.group_series le
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
-from kdiag.kafka.admin import VERSION
+from kdiag.kafka.state import AdminState, ConfigValues, Group, Partition, Topic
 
 HELP = {
     "kdiag_kafka_cluster_info": "Kafka cluster id seen by the AdminClient (always 1).",
@@ -59,7 +58,7 @@ def config_number(value: str | None) -> float | None:
         return None
 
 
-def _cluster_samples(state: dict[str, Any]) -> list[Sample]:
+def _cluster_samples(state: AdminState) -> list[Sample]:
     """Cluster id, controller, broker count and broker addresses."""
     out = [
         sample("kdiag_kafka_cluster_info", 1, GAUGE, cluster_id=state["cluster_id"]),
@@ -73,7 +72,7 @@ def _cluster_samples(state: dict[str, Any]) -> list[Sample]:
     return out
 
 
-def _broker_samples(state: dict[str, Any], broker_ids: list[int]) -> list[Sample]:
+def _broker_samples(state: AdminState, broker_ids: list[int]) -> list[Sample]:
     """Leaders, replicas and configs per broker."""
     partitions = [p for t in state["topics"].values() for p in t["partitions"]]
     leaders = Counter(p["leader"] for p in partitions)
@@ -82,27 +81,27 @@ def _broker_samples(state: dict[str, Any], broker_ids: list[int]) -> list[Sample
     for b in broker_ids:
         out.append(sample("kdiag_kafka_broker_leaders", leaders[b], GAUGE, broker_id=b))
         out.append(sample("kdiag_kafka_broker_replicas", replicas[b], GAUGE, broker_id=b))
-    for b, configs in state["broker_configs"].items():
-        out += _config_samples("kdiag_kafka_broker_config", configs, broker_id=b)
+    for broker, configs in state["broker_configs"].items():
+        out += _config_samples("kdiag_kafka_broker_config", configs, broker_id=broker)
         if "log.dirs" in configs:
-            out.append(sample("kdiag_kafka_broker_log_dirs_info", 1, GAUGE, broker_id=b, log_dirs=configs["log.dirs"]))
-    for b, sources in state.get("broker_config_sources", {}).items():
-        out += [sample("kdiag_kafka_broker_config_source_info", 1, GAUGE, broker_id=b, name=n, source=src)
+            out.append(sample("kdiag_kafka_broker_log_dirs_info", 1, GAUGE, broker_id=broker, log_dirs=configs["log.dirs"]))
+    for broker, sources in state.get("broker_config_sources", {}).items():
+        out += [sample("kdiag_kafka_broker_config_source_info", 1, GAUGE, broker_id=broker, name=n, source=src)
                 for n, src in sources.items()]
     return out
 
 
-def _config_samples(name: str, configs: dict[str, str | None], **labels: object) -> list[Sample]:
+def _config_samples(name: str, configs: ConfigValues, **labels: object) -> list[Sample]:
     """One sample per numeric config value."""
     numbers = {k: config_number(v) for k, v in configs.items()}
     return [sample(name, v, GAUGE, **labels, name=k) for k, v in numbers.items() if v is not None]
 
 
-def _offline(p: dict[str, Any]) -> bool:
-    return p["leader"] is None or p["leader"] < 0
+def _offline(p: Partition) -> bool:
+    return p["leader"] < 0
 
 
-def _topic_samples(topic: str, t: dict[str, Any], broker_ids: list[int]) -> list[Sample]:
+def _topic_samples(topic: str, t: Topic, broker_ids: list[int]) -> list[Sample]:
     """Partition health, configs, leader spread and log end offset total of one topic."""
     parts = t["partitions"]
     out = [
@@ -132,7 +131,7 @@ def _topic_samples(topic: str, t: dict[str, Any], broker_ids: list[int]) -> list
     return out
 
 
-def _partition_samples(topic: str, t: dict[str, Any]) -> list[Sample]:
+def _partition_samples(topic: str, t: Topic) -> list[Sample]:
     """Log end offset and leader of each partition of one topic."""
     out = []
     for p in t["partitions"]:
@@ -143,7 +142,7 @@ def _partition_samples(topic: str, t: dict[str, Any]) -> list[Sample]:
     return out
 
 
-def _group_samples(group: str, g: dict[str, Any], per_topic: bool) -> list[Sample]:
+def _group_samples(group: str, g: Group, per_topic: bool) -> list[Sample]:
     """Members, and total and largest partition lag (per topic, or over all topics), of one consumer group."""
     out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group),
            sample("kdiag_kafka_consumergroup_stable", int(g["state"] == "STABLE"), GAUGE, group=group)]
@@ -160,18 +159,11 @@ def _group_samples(group: str, g: dict[str, Any], per_topic: bool) -> list[Sampl
     return out
 
 
-def lag_totals(per_partition: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """A version 1 group lag (per topic and partition) as version 2 has it: per topic, sum and max."""
-    return {t: {"sum": sum(parts.values()), "max": max(parts.values())} for t, parts in per_partition.items() if parts}
-
-
-def samples_from_admin_state(state: dict[str, Any], max_partition_series: int = 2000,
+def samples_from_admin_state(state: AdminState, max_partition_series: int = 2000,
                              partition_series: SeriesFilter | None = None,
                              group_series: SeriesFilter | None = None) -> list[Sample]:
     """Samples of one admin state: per-partition series for the topics partition_series lets through while those
     number at most max_partition_series partitions, per-topic lag for the groups group_series lets through."""
-    if state.get("version") not in (1, VERSION):
-        raise ValueError(f"kafka admin state version {state.get('version')!r}, expected 1 or {VERSION}")
     partition_series, group_series = partition_series or SeriesFilter(), group_series or SeriesFilter()
     broker_ids = [b["id"] for b in state["brokers"]]
     out = _cluster_samples(state) + _broker_samples(state, broker_ids)
@@ -184,7 +176,5 @@ def samples_from_admin_state(state: dict[str, Any], max_partition_series: int = 
         if name in detailed:
             out += _partition_samples(name, t)
     for group, g in state["consumer_groups"].items():
-        if state["version"] == 1:
-            g = {**g, "lag": lag_totals(g["lag"])}
         out += _group_samples(group, g, group_series.matches(group))
     return out

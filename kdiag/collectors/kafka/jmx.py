@@ -17,11 +17,11 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from typing import Any
 
 from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_auth import JmxAuth
 from kdiag.kafka.jmx_reader import JmxReader
+from kdiag.kafka.state import JMX, JmxEndpoint, JmxState, read_jmx_state
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, SampleKind, sample
 from kdiag.core.trust import trusted_program
@@ -221,7 +221,7 @@ def _requests_and_gc(broker: str, index: dict[tuple[str, str], float]) -> list[S
     return out
 
 
-def samples_from_jmx_state(state: dict[str, Any]) -> list[Sample]:
+def samples_from_jmx_state(state: JmxState) -> list[Sample]:
     """Samples of every endpoint in a JMX state; raises when no endpoint answered."""
     out: list[Sample] = []
     errors = []
@@ -326,14 +326,14 @@ class KafkaJmxCollector(Collector):
             return any(url not in self.readers or self._due(self.readers[url], now)
                        or self._handed.get(url) is not self.readers[url].latest for url in self.urls)
 
-    def fetch(self) -> dict[str, Any]:
-        """The JSON-serialisable JMX state of every endpoint."""
+    def fetch(self) -> JmxState:
+        """The JMX state of every endpoint."""
         if not self.classpath:
             raise RuntimeError(NO_JARS)
         with self._lock:
             readers = {url: self._reader(url) for url in self.urls}
             deadline = time.monotonic() + self.timeout
-            endpoints: dict[str, Any] = {}
+            endpoints: dict[str, JmxEndpoint] = {}
             for url, reader in readers.items():
                 carried = self._carried.get(url)
                 if reader.latest is None and carried and time.monotonic() - carried[0] <= self.max_age:
@@ -346,11 +346,11 @@ class KafkaJmxCollector(Collector):
                     endpoints[url] = {"broker_id": broker_id(values), "values": values}
                 else:
                     endpoints[url] = {"error": reader.error or f"no JmxTool row in the last {self.max_age:.0f}s"}
-            return {"version": 1, "endpoints": endpoints}
+            return {"endpoints": endpoints}
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the latest rows; raises when no endpoint answered."""
-        return samples_from_jmx_state(root.kafka("jmx", self.fetch))
+        return samples_from_jmx_state(root.kafka(JMX, self.fetch, read_jmx_state))
 
     def close(self) -> None:
         """Stop every reader JVM."""

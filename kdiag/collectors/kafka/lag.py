@@ -21,11 +21,9 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
-
-from kdiag.collectors.kafka.admin_samples import lag_totals
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.kafka.state import AdminState, ConfigValues, Topic
 
 LAG_SECONDS = "kdiag_consumer_lag_seconds"
 CATCH_UP = "kdiag_consumer_catch_up_seconds"
@@ -62,14 +60,14 @@ def time_at_offset(points: Sequence[tuple[float, float]], offset: float) -> floa
     return None
 
 
-def _ms(value: Any) -> float | None:
+def _ms(value: str | None) -> float | None:
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        return None if value is None else float(value)
+    except ValueError:
         return None
 
 
-def plausible_record_time(t: float, now: float, configs: dict[str, Any]) -> bool:
+def plausible_record_time(t: float, now: float, configs: ConfigValues) -> bool:
     """Whether a record's timestamp can be when it was written: not ahead of now (beyond a little clock skew), not
     older than the topic's retention.ms and one segment.ms (its segment would be deleted), nor than Kafka."""
     retention = _ms(configs.get("retention.ms"))
@@ -90,13 +88,13 @@ class LagClock:
         # (group, topic) pairs the history could not answer at the last fetch: the next asks for their record times.
         self.unanswered: list[list[str]] = []
 
-    def observe(self, t: float, topics: dict[str, dict[str, Any]]) -> dict[str, float]:
+    def observe(self, t: float, topics: dict[str, Topic]) -> dict[str, float]:
         """Add each topic's end total at time t (only a topic whose every partition's end is known) and forget
         topics gone and points older than the retention; returns the totals added."""
         totals = {}
         for name, topic in topics.items():
-            ends = [p["log_end_offset"] for p in topic["partitions"]]
-            if ends and None not in ends:
+            ends = [end for p in topic["partitions"] if (end := p["log_end_offset"]) is not None]
+            if ends and len(ends) == len(topic["partitions"]):
                 totals[name] = float(sum(ends))
                 self._ends.setdefault(name, deque()).append((t, totals[name]))
         for name in [n for n in self._ends if n not in topics]:
@@ -126,17 +124,16 @@ class LagClock:
         shrink = (points[0][1] - lag) / (now - points[0][0])
         return lag / shrink if shrink > 0 else math.inf
 
-    def samples(self, now: float, state: dict[str, Any], group_series: SeriesFilter) -> list[Sample]:
+    def samples(self, now: float, state: AdminState, group_series: SeriesFilter) -> list[Sample]:
         """Lag seconds and time to catch up of every group on each topic it committed (the largest over its topics for
         groups outside group_series), from the admin state just fetched at `now`."""
-        totals = self.observe(now, state.get("topics", {}))
+        totals = self.observe(now, state["topics"])
         out = []
         self.unanswered = []
         seen = set()
-        for group, g in state.get("consumer_groups", {}).items():
+        for group, g in state["consumer_groups"].items():
             values: dict[str, dict[str, float]] = {LAG_SECONDS: {}, CATCH_UP: {}}
-            lags = lag_totals(g["lag"]) if state.get("version") == 1 else g["lag"]
-            for topic, lag in lags.items():
+            for topic, lag in g["lag"].items():
                 seen.add((group, topic))
                 if (catch_up := self.catch_up(now, group, topic, lag["sum"])) is not None:
                     values[CATCH_UP][topic] = catch_up
@@ -145,7 +142,7 @@ class LagClock:
                 seconds = self.seconds(now, topic, totals[topic] - lag["sum"])
                 if seconds is None:
                     self.unanswered.append([group, topic])
-                    configs = state["topics"].get(topic, {}).get("configs") or {}
+                    configs = state["topics"][topic]["configs"] if topic in state["topics"] else {}
                     if "record_time" in lag and plausible_record_time(lag["record_time"], now, configs):
                         seconds = max(now - lag["record_time"], 0.0)
                 if seconds is not None:
