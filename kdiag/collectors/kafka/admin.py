@@ -27,7 +27,7 @@ def own_groups(config: Config) -> tuple[str, ...]:
     return (config.kafka.coordination_group, config.probe.group_id or f"{PROBE_GROUP_PREFIX}*")
 
 
-@registered(default=lambda config: bool(config.kafka.bootstrap_servers), kafka_source=SOURCE)
+@registered(default=lambda config: bool(config.kafka.bootstrap_servers), kafka_source=ADMIN)
 class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
