@@ -27,6 +27,8 @@ from kdiag.analysis.engine import Diagnosis
 from kdiag.runtime.pipeline import State
 from kdiag.serve.exporter import render_metrics
 
+pytestmark = pytest.mark.integration
+
 RULES = load_catalog([default_rules_dir()])
 BY_ID = {r.id: r for r in RULES}
 PROMETHEUS = ROOT / "deploy" / "prometheus" / "kdiag-alerts.yml"

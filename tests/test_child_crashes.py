@@ -128,6 +128,7 @@ def test_each_librdkafka_child_killed_by_sigabrt_then_sigsegv_costs_its_source_o
         admin.delete_topics([f"{tag}-probe"], operation_timeout=10)[f"{tag}-probe"].result(timeout=15)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["probe", "coordination"])
 def test_a_dead_child_is_reported_with_its_signal_and_restarted_after_a_backoff_with_secrets_off_argv(kind: str) -> None:
     settings = ClientSettings.resolve({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN",

@@ -18,6 +18,8 @@ from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.config.settings import ConfigError, load_config
 from kdiag.core.root import Root
 
+pytestmark = pytest.mark.integration
+
 SECRETS = ("hunter2", "tok3n", "s3cretPW")
 SECRET_ARGS = ["--db-password=hunter2", "--api-token", "tok3n", "http://admin:s3cretPW@host/"]
 MASKED = "--db-password=*** --api-token *** ***"  # processes.cmdline: masked (the default) shows flags, not values

@@ -65,6 +65,7 @@ def exported(prometheus: str, instance: str) -> set[str]:
 TARGETS = targets()
 
 
+@pytest.mark.integration
 def test_dashboards_are_well_formed() -> None:
     assert {f.stem for f in FILES} == {"kdiag-diagnoses", "kdiag-host", "kdiag-kafka", "kdiag-probe"}
     for f in FILES:
@@ -88,6 +89,7 @@ def test_dashboards_are_well_formed() -> None:
                     assert m.group(0) in GRAFANA_INTERVALS or t["expr"][m.start() - 3:m.start()] == '=~"', t["expr"]
 
 
+@pytest.mark.integration
 def test_provisioning_points_at_the_dashboards() -> None:
     providers = yaml.safe_load((DASHBOARDS / "provisioning" / "dashboards.yml").read_text())["providers"]
     sources = yaml.safe_load((DASHBOARDS / "provisioning" / "datasources.yml").read_text())["datasources"]
@@ -95,6 +97,7 @@ def test_provisioning_points_at_the_dashboards() -> None:
     assert [(s["type"], s["isDefault"]) for s in sources] == [("prometheus", True)]
 
 
+@pytest.mark.integration
 def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
     promtool = binary("promtool")
     exprs = [concrete(e) for _, _, e in TARGETS]
@@ -131,6 +134,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict:
         stack.close()
 
 
+@pytest.mark.integration
 def test_instance_variable_finds_kdiag(scraped: dict) -> None:
     values = get_json(f"{scraped['prometheus']}/api/v1/label/instance/values?match[]=kdiag_build_info")["data"]
     assert scraped["instance"] in values
@@ -140,6 +144,7 @@ HOST_TARGETS = [t for t in TARGETS if t[0] in STRICT]
 KAFKA_TARGETS = [t for t in TARGETS if t[0] not in STRICT]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("uid", "panel", "expr"), HOST_TARGETS, ids=[f"{u}:{p}" for u, p, _ in HOST_TARGETS])
 def test_panel_query_returns_data(scraped: dict, uid: str, panel: str, expr: str) -> None:
     missing = sorted(set(METRIC.findall(expr)) - scraped["names"])
@@ -276,6 +281,7 @@ def kafka_scraped(kafka_lab: dict, tmp_path_factory: pytest.TempPathFactory) -> 
         admin.delete_consumer_groups([topic])[topic].result(30)
 
 
+@pytest.mark.integration
 def test_kafka_checks_cover_every_kafka_panel() -> None:
     assert set(KAFKA_CHECKS) == {(uid, panel) for uid, panel, _ in KAFKA_TARGETS}
     assert set(KAFKA_CHECKS.values()) <= {"brokers", "nonzero", "data", "present"}

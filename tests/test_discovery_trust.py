@@ -27,7 +27,8 @@ from kdiag.core.root import Root, SnapshotRoot
 
 NOBODY = 65534
 SECRET = "jmx-s3cret"
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")]
 
 FAKE_JMXTOOL = """\
 package org.apache.kafka.tools;

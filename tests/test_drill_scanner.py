@@ -35,6 +35,7 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z" and b"orphaned" in cmdline
 
 
+@pytest.mark.integration
 def test_the_scanner_exits_when_its_drill_is_killed(tmp_path):
     log_dir = tmp_path / "kafka-logs" / "topic-0"
     log_dir.mkdir(parents=True)

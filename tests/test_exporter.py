@@ -23,6 +23,8 @@ from kdiag.recording.recording import record
 from kdiag.core.root import Root, SnapshotRoot
 from kdiag.serve.webserver import Exporter
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def live_state() -> tuple[State, dict[str, str]]:

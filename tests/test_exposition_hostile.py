@@ -29,6 +29,8 @@ from kdiag.report.html import recording_report
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM, sample
 
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

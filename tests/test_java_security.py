@@ -10,6 +10,8 @@ import pytest
 from kdiag.tools.bench import client as bench_client
 from kdiag.kafka.java_security import JavaPropError, jaas_credentials, translate
 
+pytestmark = pytest.mark.integration
+
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 

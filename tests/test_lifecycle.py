@@ -34,6 +34,8 @@ from kdiag.runtime.pipeline import State
 from kdiag.core.root import Root
 from kdiag.analysis.statefile import RESTORE_WITHIN_SECONDS, decode
 
+pytestmark = pytest.mark.integration
+
 FIXTURES = Path(__file__).parent / "fixtures"
 # Liveness bounds, not performance asserts: generous for a loaded 2-core CI machine.
 EXIT_BOUND = 20.0

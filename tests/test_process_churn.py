@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from waiting import wait_until
 
 from kdiag.config.settings import Config
@@ -13,6 +14,8 @@ from kdiag.app.wiring import host_collectors, load_rules
 from kdiag.serve.exporter import Published
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from kdiag.core.root import Root
+
+pytestmark = pytest.mark.integration
 
 READER = "import sys, pathlib\nwhile True:\n  [p.read_bytes() for p in pathlib.Path(sys.argv[1]).iterdir()]"
 RETENTION = 10.0

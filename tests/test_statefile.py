@@ -22,6 +22,8 @@ from kdiag.config.settings import ConfigError
 from kdiag.analysis.engine import Diagnosis
 from kdiag.analysis.statefile import FILE_NAME, StateFile
 
+pytestmark = pytest.mark.integration
+
 RULES = load_catalog([default_rules_dir()])
 ROOT_ONLY = "root-only secret\n"
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: chown to another user")

@@ -10,7 +10,7 @@ import pytest
 from kdiag.core.trust import why_untrusted, why_untrusted_classpath
 
 NOBODY = 65534
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")]
 
 
 @pytest.fixture

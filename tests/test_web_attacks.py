@@ -26,6 +26,8 @@ from waiting import wait_until
 from kdiag.serve.webauth import FREE_FAILURES
 from kdiag.serve.webconfig import load_web_config
 
+pytestmark = pytest.mark.integration
+
 USER = "prom"
 PASSWORD = b"right-password"
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

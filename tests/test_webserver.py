@@ -22,6 +22,8 @@ from waiting import wait_until
 from kdiag.report.page import POLICY
 from kdiag.serve.webconfig import WebConfigError, load_web_config
 
+pytestmark = pytest.mark.integration
+
 RECORDING = RECORDINGS / "swap-in-use"
 PASSWORD = "s3cret-scrape"
 

@@ -85,6 +85,7 @@ def test_a_segfault_in_the_admin_process_fails_fetches_until_a_new_one_starts_af
     assert collector.worker.pid() is None and dead(second)
 
 
+@pytest.mark.integration
 def test_a_hung_admin_process_is_stopped_at_the_deadline_and_replaced():
     collector = KafkaAdminCollector("127.0.0.1:1", timeout=1.0)
     try:
@@ -108,6 +109,7 @@ def test_a_hung_admin_process_is_stopped_at_the_deadline_and_replaced():
         collector.close()
 
 
+@pytest.mark.integration
 def test_the_admin_process_gets_its_secrets_on_a_pipe_never_on_argv():
     settings = ClientSettings.resolve({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN",
                                        "sasl.username": "kdiag", "sasl.password": "hunter2-argv"})

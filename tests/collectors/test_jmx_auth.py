@@ -10,6 +10,8 @@ import pytest
 
 from kdiag.kafka.jmx_auth import MIN_FD, JmxAuth
 
+pytestmark = pytest.mark.integration
+
 PASSWORD = 'pa ss"wo\\rd'
 
 

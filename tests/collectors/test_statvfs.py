@@ -6,10 +6,13 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 
 from kdiag.collectors.host.mounts import parse_mounts
 from kdiag.collectors.host.statvfs import StatvfsCollector, samples_from_statvfs
 from kdiag.core.root import Root, SnapshotRoot, TeeRoot
+
+pytestmark = pytest.mark.integration
 
 
 def test_live_filesystems_match_statvfs():
