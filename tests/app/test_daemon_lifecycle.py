@@ -50,7 +50,7 @@ MARKER_RULE = """
   for: {for_}
   summary: "{id} holds"
   remediation: nothing to do
-  source: tests/test_lifecycle.py
+  source: tests/app/test_daemon_lifecycle.py
 """
 
 
