@@ -17,9 +17,9 @@ from kdiag.cli.main import main
 from kdiag.analysis.catalog import CatalogError, default_rules_dir, load_catalog
 from kdiag.core.units import parse_duration
 from kdiag.analysis.engine import Engine, render
-from tests.paths import FIXTURES
+from tests import paths
 
-FIXTURES = FIXTURES / "rules"
+FIXTURES = paths.FIXTURES / "rules"
 CONTRACT_CAUSES = ("small_packet_storm", "nic_irq_on_cpu0", "swap_in_use", "foreign_io_scanner")
 
 
