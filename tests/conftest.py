@@ -10,8 +10,8 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient
 
-import services
-import tiers
+from tests import services
+from tests import tiers
 from kdiag.tools.lab.lab import read_lab
 
 

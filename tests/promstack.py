@@ -1,6 +1,6 @@
 """Real kdiag, Prometheus and Alertmanager processes on loopback ports, for the dashboard and alerting tests.
 
-scripts/test starts one Prometheus and one Alertmanager before the kafka tier (`python3 tests/promstack.py up DIR`, which
+scripts/test starts one Prometheus and one Alertmanager before the kafka tier (`python3 -m tests.promstack up DIR`, which
 prints the KDIAG_SERVICES setting); the tests then register their kdiag targets, rule files and Alertmanager
 config there and reload. Without KDIAG_SERVICES each test session starts its own processes.
 """
@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from waiting import wait_until
+from tests.waiting import wait_until
 
-import services
+from tests import services
+from tests.paths import RECORDINGS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-RECORDINGS = ROOT / "tests" / "recordings"
 INSTALL = "apt-get install prometheus prometheus-alertmanager"
 SERVICES = "services.json"
 

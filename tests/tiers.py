@@ -7,7 +7,6 @@ import io
 import os
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -15,19 +14,12 @@ import pytest
 TIERS = ("unit", "integration", "kafka", "e2e", "drills", "matrix")
 # A test that asks for one of these fixtures is in that fixture's tier.
 FIXTURE_TIERS = {"kafka_lab": "kafka", "secure_lab": "kafka"}
-# Modules whose tests start subprocesses, open sockets, read the live host or run external binaries.
-INTEGRATION_MODULES = {
-    "test_alerts.py", "test_child_crashes.py", "test_cmdline_secrets.py", "test_dashboards.py",
-    "test_discovery_trust.py", "test_exposition_hostile.py", "test_java_security.py", "test_lifecycle.py",
-    "test_packaging.py", "test_statefile.py", "test_trust.py", "test_web_attacks.py", "test_webserver.py",
-    "test_jmx_auth.py", "test_admin_worker.py", "test_drill_scanner.py", "test_exporter.py", "test_process_churn.py",
-    "test_statvfs.py",
-}
 LIVE_HOST = ("/proc", "/sys")
 
 
 def tier_of(item: pytest.Item) -> str:
-    """The item's one tier: its explicit tier mark, else by the fixtures it uses, else by its module, else unit."""
+    """The item's one tier: its explicit tier mark (on the test, its class or its module's `pytestmark`), else by the
+    fixtures it uses, else unit."""
     marked = {m.name for m in item.iter_markers() if m.name in TIERS}
     if len(marked) > 1:
         raise pytest.UsageError(f"{item.nodeid} is marked with more than one tier: {sorted(marked)}")
@@ -36,7 +28,7 @@ def tier_of(item: pytest.Item) -> str:
     by_fixture = {FIXTURE_TIERS[f] for f in item.fixturenames if f in FIXTURE_TIERS}
     if by_fixture:
         return by_fixture.pop()
-    return "integration" if Path(str(item.path)).name in INTEGRATION_MODULES else "unit"
+    return "unit"
 
 
 class UnitTierViolation(AssertionError):

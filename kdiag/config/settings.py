@@ -36,7 +36,7 @@ Duration = typing.NewType("Duration", float)
 MAX_TEXT = 4096  # PATH_MAX: no config string (path, address, URL, name) needs more
 
 # The range of every number in the config, by key path (a list's items share the list's range); durations in seconds.
-# A new numeric key needs an entry here: tests/test_config.py fails for one without.
+# A new numeric key needs an entry here: tests/config/test_settings.py fails for one without.
 LIMITS: dict[str, tuple[float, float]] = {
     "interval": (0.1, 3600),
     "history": (10, 86400),

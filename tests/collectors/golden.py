@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample, format_samples
+from tests.paths import FIXTURES, TESTS
 
-TESTS = Path(__file__).parent.parent
-FIXTURES = TESTS / "fixtures"
 GOLDEN = TESTS / "golden"
 
 

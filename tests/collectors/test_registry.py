@@ -7,7 +7,7 @@ import inspect
 import pkgutil
 
 import pytest
-from golden import fixture_root
+from tests.collectors.golden import fixture_root
 
 from kdiag.app.wiring import host_collectors, kafka_collectors
 from kdiag.cli.main import _config, build_parser, main
