@@ -69,7 +69,7 @@ def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.05)
 
 
-def _results(futures: dict[Any, Future], deadline: float) -> dict[Any, Any]:
+def _results(futures: dict[Any, Future[Any]], deadline: float) -> dict[Any, Any]:
     """Each future's result, leaving out items that failed; the deadline passing fails the whole fetch."""
     from confluent_kafka import KafkaException
 
@@ -177,7 +177,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     active = [g for g in ids if states[g] != "EMPTY"]
     described = admin.describe_consumer_groups(active, request_timeout=_left(deadline)) if active else {}
     # The API takes one group per call, so the calls are issued together and awaited after.
-    offsets: dict[str, Future] = {}
+    offsets: dict[str, Future[Any]] = {}
     for g in ids:
         if committed.due(g, states[g]):
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],

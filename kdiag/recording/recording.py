@@ -10,6 +10,7 @@ import socket
 import tarfile
 import tempfile
 import time
+from typing import Any
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,7 +27,7 @@ MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600
 MAX_HOST = 255
 
 
-def read_manifest(file: Path) -> dict:
+def read_manifest(file: Path) -> dict[str, Any]:
     """A recording's manifest.json ({} without one); RecordingError naming the field that is wrong."""
     if not os.path.lexists(file):
         return {}
@@ -146,7 +147,7 @@ class Recording:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if not os.path.lexists(self.path):
             raise RecordingError(f"{self.path}: no such recording", exit_code=2)
         try:

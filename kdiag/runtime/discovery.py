@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,7 +111,7 @@ def jvm_options(argv: list[str]) -> tuple[dict[str, str], str, list[str]]:
     return props, classpath, argv[main + 1 :]
 
 
-def kafka_settings(args: list[str], read) -> tuple[str, dict[str, str]]:
+def kafka_settings(args: list[str], read: Callable[[str], str]) -> tuple[str, dict[str, str]]:
     """(properties file, its settings with `--override k=v` applied) from the arguments after kafka.Kafka."""
     if not args or args[0].startswith("-"):
         raise ValueError("no server.properties argument after kafka.Kafka")
@@ -169,7 +170,7 @@ def _legacy_address(settings: dict[str, str], prefix: str, problems: list[str], 
     return f"{WILDCARD_HOSTS.get(host, host) if host else default_host}:{port}"
 
 
-def jmx_endpoint(props: dict[str, str], read) -> tuple[str, bool, bool]:
+def jmx_endpoint(props: dict[str, str], read: Callable[[str], str]) -> tuple[str, bool, bool]:
     """(host:port, needs a password, speaks TLS) of the JVM's remote JMX agent; ('', ...) when it has none."""
     settings = {}
     if config_file := props.get("com.sun.management.config.file"):
@@ -228,7 +229,7 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
                   controller_only="broker" not in roles, problems=problems)
 
 
-def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: bool, log_dirs: list[str], read,
+def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: bool, log_dirs: list[str], read: Callable[[str], str],
                   problems: list[str]) -> tuple[int | None, str]:
     """node.id (KRaft) or broker.id (ZooKeeper), and where it was read; a ZooKeeper broker without one (or -1) got an
     id generated at its first start (broker.id.generation.enable), which its log dirs' meta.properties keep."""

@@ -23,6 +23,9 @@ from kdiag.analysis.subject_kinds import SignalCache
 
 log = logging.getLogger(__name__)
 
+# A collector run's outcome: ("samples", its samples) or ("error", the exception), and its thread's CPU seconds.
+Answer = tuple[str, Any, float]
+
 
 @dataclass(frozen=True)
 class Health:
@@ -43,7 +46,7 @@ class _Worker:
     """A long-lived daemon thread running one collector at a time (a thread per run would be thousands an hour)."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Collector, Root, queue.SimpleQueue[Answer]] | None] = queue.SimpleQueue()
         self._running = threading.Event()
         threading.Thread(target=self._serve, name="collector-worker", daemon=True).start()
 
@@ -69,7 +72,7 @@ class _Worker:
     def run(self, collector: Collector, root: Root, timeout: float) -> tuple[list[Sample], float]:
         """The collector's samples within timeout and this thread's CPU seconds for them; CollectorTimeout past it
         (the run goes on, busy() says so)."""
-        answer: queue.SimpleQueue = queue.SimpleQueue()
+        answer: queue.SimpleQueue[Answer] = queue.SimpleQueue()
         self._running.set()
         self._jobs.put((collector, root, answer))
         try:
