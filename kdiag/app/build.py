@@ -98,12 +98,10 @@ def build(config: Config, recording: Recording | None = None) -> Services:
                     Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, page, handover)
 
 
-def rebuild(config: Config, running: Services) -> Services:
-    """The services for a re-read config: its catalog and a pipeline with its signal window and collector deadline over
-    the running collectors and their history, Kafka clients, probe and web server, none restarted (the Kafka jobs and
-    /healthz take the new deadlines). Raises what load_rules raises, changing nothing then; what else changed takes
-    effect at the next restart."""
-    rules = load_rules(config)
+def rebuild(config: Config, rules: list[Rule], running: Services) -> Services:
+    """The services for a re-read config and its loaded catalog: a pipeline with its signal window and collector
+    deadline over the running collectors and their history, Kafka clients, probe and web server, none restarted (the
+    Kafka jobs and /healthz take the new deadlines); what else changed takes effect at the next restart."""
     for background in running.background:
         background.retime(kafka_deadline(config))
     interval = running.recording.interval if running.recording else config.interval

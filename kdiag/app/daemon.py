@@ -16,6 +16,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from kdiag.analysis.catalog import CatalogError
 from kdiag.app.background import Asked
 from kdiag.app.build import Services, rebuild
+from kdiag.app.wiring import load_rules
 from kdiag.config.settings import Config, ConfigError
 from kdiag.core.root import SnapshotRoot
 from kdiag.core.sample import Sample, sample
@@ -220,8 +221,9 @@ class Daemon:
         old = self.services
         try:
             config = self.reload_config() if self.reload_config else old.config
+            rules = load_rules(config)  # compiled before the lock: a cycle never waits for it
             with self._cycle:
-                self.services = rebuild(config, old)
+                self.services = rebuild(config, rules, old)
         except CatalogError as e:
             log.error("reload refused, the running rules stay: %s", "; ".join(map(str, e.errors)))
             return

@@ -157,19 +157,18 @@ class CgroupCpuCollector(Collector):
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per broker pid and limiting cgroup; a broker whose cgroup cannot be read is left out and counted."""
-        found, skipped = limiting_cgroups(root, self.brokers.brokers(root), "cpu", read_throttling)
-        samples = [s for broker, cgroup, limit in found
-                   for s in throttling_samples(limit, pid=broker.pid, comm=broker.comm, cgroup=cgroup)]
-        return samples + skipped_samples(self.name, skipped)
+        return limiting_cgroup_samples(self.name, root, self.brokers.brokers(root), "cpu", read_throttling,
+                                       throttling_samples)
 
 
-def limiting_cgroups(root: Root, brokers: list[BrokerPid], controller: str, read: Callable[[Root, str, str], T | None],
-                     ) -> tuple[list[tuple[BrokerPid, str, T]], Counter[str]]:
-    """(broker, cgroup, what read(root, version, directory) found) for each cgroup from each broker's own up to the root
-    where the controller sets a limit (read gives None where it sets none); a broker whose cgroups cannot be read is
-    left out and counted by reason."""
+def limiting_cgroup_samples(collector: str, root: Root, brokers: list[BrokerPid], controller: str,
+                            read: Callable[[Root, str, str], T | None],
+                            samples_of: Callable[..., list[Sample]]) -> list[Sample]:
+    """samples_of(what read(root, version, directory) found, pid=, comm=, cgroup=) for each cgroup from each broker's
+    own up to the root where the controller sets a limit (read gives None where it sets none); a broker whose cgroups
+    cannot be read is left out and counted by reason in the collector's skipped series."""
     controller_hierarchies = hierarchies(parse_mounts(*read_source(root, "proc", "mounts")), controller)
-    found: list[tuple[BrokerPid, str, T]] = []
+    samples: list[Sample] = []
     skipped: Counter[str] = Counter()
     for broker in brokers:
         try:
@@ -181,12 +180,12 @@ def limiting_cgroups(root: Root, brokers: list[BrokerPid], controller: str, read
             for cgroup in ancestors(path):
                 limit = read(root, version, f"{base}{cgroup}".rstrip("/"))
                 if limit is not None:
-                    found.append((broker, cgroup, limit))
+                    samples += samples_of(limit, pid=broker.pid, comm=broker.comm, cgroup=cgroup)
         except OSError as e:
             skipped[reason(e)] += 1
         except ValueError:
             skipped["malformed"] += 1
-    return found, skipped
+    return samples + skipped_samples(collector, skipped)
 
 
 def throttling_samples(t: Throttling, **labels: object) -> list[Sample]:

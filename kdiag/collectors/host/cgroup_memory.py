@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kdiag.collectors import Collector
-from kdiag.collectors.host._util import SKIPPED_HELP, skipped_samples
+from kdiag.collectors.host._util import SKIPPED_HELP
 from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
-from kdiag.collectors.host.cgroup_cpu import limiting_cgroups
+from kdiag.collectors.host.cgroup_cpu import limiting_cgroup_samples
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
 from kdiag.core.procfs import malformed, parse_key_values, read_source
@@ -118,10 +118,7 @@ class CgroupMemoryCollector(Collector):
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per broker pid and limiting cgroup; a broker whose cgroup cannot be read is left out and counted."""
-        found, skipped = limiting_cgroups(root, self.brokers.brokers(root), "memory", read_memory)
-        samples = [s for broker, cgroup, use in found
-                   for s in memory_samples(use, pid=broker.pid, comm=broker.comm, cgroup=cgroup)]
-        return samples + skipped_samples(self.name, skipped)
+        return limiting_cgroup_samples(self.name, root, self.brokers.brokers(root), "memory", read_memory, memory_samples)
 
 
 def memory_samples(m: MemoryUse, **labels: object) -> list[Sample]:
