@@ -1,9 +1,8 @@
 """The process table read at the cost of the processes that move, not of every process on the host.
 
-Each cycle lists /proc (one directory read) and reads stat (io too when its CPU moved) of only: new pids (at once,
-cmdline too), the brokers, and every process seen moving (CPU, I/O or reaped children's CPU) in the last
-`moving_seconds`. The whole table is read
-every `full_scan_seconds`, and at once in any cycle whose host-wide CPU time (/proc/stat) or storage reads
+Each cycle lists /proc (one directory read) and reads stat and io of only: new pids (at once, cmdline too), the
+brokers, and every process seen moving (CPU, I/O or reaped children's CPU) in the last `moving_seconds`. The whole
+table is read every `full_scan_seconds`, and at once in any cycle whose host-wide CPU time (/proc/stat) or storage reads
 (/proc/vmstat pgpgin) exceed what the processes read this cycle (and their reaped children) explain by
 `trigger_cores` or `trigger_read_bytes_per_second`: a long-running process that wakes up and walks or reads the log
 dirs is found in the cycle it starts. The CPU trigger sits below foreign_metadata_scanner's 0.1 core: a walk that
@@ -115,15 +114,14 @@ def host_work(root: Root) -> HostWork | None:
 
 
 def read_process(root: Root, pid: int, known: Process | None, owners: Collection[int] | None) -> Process:
-    """stat of a pid; io only when it used CPU since its last read; cmdline and owner only when it is new, its pid
-    reused or its comm changed (an exec)."""
+    """stat and io of a pid; cmdline and owner only when it is new, its pid reused or its comm changed (an exec).
+
+    io is read even when the CPU ticks stand still: ticks are sampled, and a reader that wakes for a millisecond
+    between them moves hundreds of MB/s through the page cache without one."""
     stat = parse_stat(*read_source(root, "proc", f"{pid}/stat"))
     if stat.kernel_thread:  # no command line, and none of its I/O is a process scanning the log dirs
         return Process(pid, stat, [], NO_IO)
     same = known is not None and (known.stat.start_ticks, known.stat.comm) == (stat.start_ticks, stat.comm)
-    if same and known is not None and known.stat.cpu_ticks == stat.cpu_ticks:
-        # Reading or writing costs the reader CPU: without a tick since its last read it did no I/O worth a read.
-        return known._replace(stat=stat)
     io = parse_io(*read_source(root, "proc", f"{pid}/io"))
     if same and known is not None:
         return Process(pid, stat, known.argv, io, known.broker)

@@ -97,17 +97,14 @@ def test_a_long_running_process_that_starts_reading_from_disk_is_found_in_that_c
     assert cycle(tree, collector)[0] == {BROKER, AGENT}
 
 
-def test_a_process_that_used_no_cpu_has_its_io_left_unread(tree):
+def test_a_page_cache_reader_without_a_cpu_tick_stays_read_and_chosen(tree):
     collector = steady(tree)
-    collector.table.full_scan_seconds = 0.0  # every cycle a full scan: the idle ones are read, their io is not
-    tree.now += INTERVAL
-    tree.procs[BROKER].cpu_ticks += 100
-    tree.host_cpu_ticks += 100
-    root = tree.write()
-    collector.collect(root)
-    assert root.pids_read == {BROKER, AGENT, *IDLE}
-    assert f"{BROKER}/io" in root.files_read and f"{IDLE[0]}/stat" in root.files_read
-    assert not {f"{pid}/io" for pid in [AGENT, *IDLE]} & root.files_read
+    # Ticks are sampled: a reader that wakes for a millisecond between them copies GB from the page cache unseen.
+    tree.procs[4000] = Proc("python3", ["python3", "scan.py", "/data/kafka-logs"], cpu_ticks=3, rchar=800 * MB)
+    for _ in range(4):
+        read, chosen = cycle(tree, collector)
+        assert 4000 in read and 4000 in chosen
+        tree.procs[4000].rchar += 800 * MB
 
 
 def test_a_shell_loops_short_commands_are_explained_by_the_shell(tree):
