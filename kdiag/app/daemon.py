@@ -19,12 +19,11 @@ from kdiag.app.build import Services, rebuild
 from kdiag.app.wiring import load_rules
 from kdiag.config.settings import Config, ConfigError
 from kdiag.core.root import SnapshotRoot
-from kdiag.core.sample import Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.probe import PROBE_UP
 from kdiag.kafka import coordination
 from kdiag.kafka.coordination import Reporting
-from kdiag.kafka.coordination_process import HELP as COORDINATION_HELP
 from kdiag.probe import process as probe_process
-from kdiag.probe.metrics import HELP as PROBE_HELP
 from kdiag.runtime.pipeline import Health, State
 
 log = logging.getLogger(__name__)
@@ -82,12 +81,6 @@ class Daemon:
         log.info("kdiag serving on %s (every %.3gs, %d rules)", self.services.config.listen, interval,
                  len(self.services.rules))
 
-    def _help(self) -> dict[str, str]:
-        # Asked each cycle, not copied at start: meminfo names its fields' HELP only once it has read them.
-        sets = [self.services.collectors, *(b.collectors for b in self.services.background)]
-        return {**{k: v for c in sets for k, v in c.help().items()}, **(PROBE_HELP if self.services.probe else {}),
-                **(COORDINATION_HELP if self.coordination_poll else {})}
-
     def _publish(self, state: State) -> None:
         services = self.services
         if services.coordinator:
@@ -99,7 +92,7 @@ class Daemon:
                 state, judged = services.handover.step(state, services.pipeline.judged, services.rules,
                                                        services.coordinator)
                 services.pipeline.adopt(judged)
-        services.published.publish(state, self._help())
+        services.published.publish(state)
         if drawn := services.page.update(state, self._interval()):
             services.published.publish_page(*drawn)
         if services.state_file:
@@ -119,7 +112,7 @@ class Daemon:
         if self.probe_status:
             # The probe runs in its own process; its job hands over its counters.
             status, age = self.probe_status.fresh(self._answer_within())
-            ok, error, got = status or (False, self._silent("the probe process", age), [sample("kdiag_probe_up", 0.0)])
+            ok, error, got = status or (False, self._silent("the probe process", age), [PROBE_UP.sample(0.0)])
             self._hand(self.probe_status, got, samples, carried)
             health["probe"] = self._service_health("probe", ok, error)
         if self.coordination_poll:

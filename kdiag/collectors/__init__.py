@@ -1,6 +1,6 @@
 """Collectors: one module per source, each a pure parse function plus a thin class over a Root.
 
-A collector has a `name`, a `help` dict (metric name -> HELP text) and `collect(root) -> list[Sample]`,
+A collector has a `name`, the `families` it emits (declared in kdiag/families) and `collect(root) -> list[Sample]`,
 which raises on failure; the caller records success, duration and the error. Collectors subclass `Collector` for the
 defaults of the optional parts: `ready()`, `close()` and `child_cpu_seconds`.
 """
@@ -11,13 +11,14 @@ from typing import Protocol
 
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
+from kdiag.families.family import Family, FamilyPattern
 
 
 class Collector(Protocol):
     """What the scheduler needs from a collector."""
 
     name: str
-    help: dict[str, str]
+    families: tuple[Family | FamilyPattern, ...]
     child_cpu_seconds: float = 0.0  # what the last collect cost a child process the collector keeps
 
     def collect(self, root: Root) -> list[Sample]:

@@ -12,8 +12,6 @@ from kdiag.core.sample import Sample
 KAFKA_PREFIX = ("kdiag_kafka_", "kdiag_consumer_")
 # Finest first out when the cap cuts: per-partition series, then per-topic lag of groups, then everything else.
 DROP_RANK = {"kdiag_kafka_partition_": 2, "kdiag_kafka_consumergroup_lag": 1, "kdiag_consumer_lag_seconds": 1}
-DROPPED = "kdiag_series_dropped_total"
-DROPPED_HELP = "Kafka series left out of /metrics by kafka.max_series, summed over every rendered cycle (rules still see them)."
 
 
 @dataclass

@@ -13,20 +13,20 @@ import importlib
 import logging
 from typing import Any
 
-from kdiag.core.sample import COUNTER, Sample, sample
+from kdiag.core.sample import Sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess, serve
+from kdiag.families.own import (
+    COORDINATION_AUTHENTICATED,
+    COORDINATION_FOREIGN_MEMBERS,
+    COORDINATION_RECORDS_REFUSED_TOTAL,
+)
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import ANSWER_TIMEOUT, Coordinator, Reporting
 from kdiag.kafka.coordination_records import REASONS, Member
 
-log = logging.getLogger(__name__)
+FAMILIES = (COORDINATION_FOREIGN_MEMBERS, COORDINATION_RECORDS_REFUSED_TOTAL, COORDINATION_AUTHENTICATED)
 
-HELP = {
-    "kdiag_coordination_foreign_members": "Members of kdiag's coordination group without a valid kdiag membership "
-                                          "(with kafka.coordination_key_file: no valid MAC) at the last look",
-    "kdiag_coordination_records_refused_total": "Records of kdiag's coordination state topic refused, by reason",
-    "kdiag_coordination_authenticated": "1 when this daemon signs and checks its fleet's coordination with a key",
-}
+log = logging.getLogger(__name__)
 
 
 class CoordinatorProcess:
@@ -72,10 +72,9 @@ class CoordinatorProcess:
         reporter = answer["reporter"]
         self._reporting = Reporting(answer["reporting"], Member(*reporter) if reporter else None, answer["why"],
                                     self.authenticated)
-        self.samples = [sample("kdiag_coordination_foreign_members", float(answer["foreign"])),
-                        sample("kdiag_coordination_authenticated", float(self.authenticated)),
-                        *(sample("kdiag_coordination_records_refused_total", float(answer["refused"].get(r, 0)),
-                                 COUNTER, reason=r) for r in REASONS)]
+        self.samples = [COORDINATION_FOREIGN_MEMBERS.sample(float(answer["foreign"])),
+                        COORDINATION_AUTHENTICATED.sample(float(self.authenticated)),
+                        *(COORDINATION_RECORDS_REFUSED_TOTAL.sample(float(answer["refused"].get(r, 0)), reason=r) for r in REASONS)]
         return not answer["problem"], answer["problem"]
 
     def reporting(self) -> Reporting:

@@ -11,13 +11,14 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kdiag.probe import topic as probe_topic
-from kdiag.kafka.client import ClientSettings, ErrorLog
 from kdiag.config.probe import PROBE_GROUP_PREFIX, ProbeConfig
+from kdiag.core.sample import Sample
+from kdiag.families.probe import PROBE_PARTITIONS, PROBE_PENDING_MESSAGES, PROBE_SLO_SECONDS, PROBE_UP
+from kdiag.kafka.client import ClientSettings, ErrorLog
+from kdiag.probe import topic as probe_topic
 from kdiag.probe.metrics import BrokerStats
 from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe.topic import REQUEST_TIMEOUT, Topology
-from kdiag.core.sample import GAUGE, Sample, sample
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, Producer
@@ -387,10 +388,10 @@ class ProbeService:
 
     def samples(self) -> list[Sample]:
         """Every probe series as of now; cheap (no I/O), safe from any thread."""
-        out = [sample("kdiag_probe_slo_seconds", self.config.slo_seconds)]
+        out = [PROBE_SLO_SECONDS.sample(self.config.slo_seconds)]
         with self._lock:
-            out.append(sample("kdiag_probe_up", 1.0 if self._up() else 0.0))
-            out.append(sample("kdiag_probe_pending_messages", self._tracker.pending()))
+            out.append(PROBE_UP.sample(1.0 if self._up() else 0.0))
+            out.append(PROBE_PENDING_MESSAGES.sample(self._tracker.pending()))
             topology = self._topology
             led = Counter(topology.leaders.values()) if topology else Counter()
             brokers = set(self._brokers)
@@ -401,5 +402,5 @@ class ProbeService:
                 stats = self._broker(b)
                 out += stats.samples(b)
                 if topology:
-                    out.append(sample("kdiag_probe_partitions", led[b], GAUGE, broker_id=b))
+                    out.append(PROBE_PARTITIONS.sample(led[b], broker_id=b))
         return out

@@ -7,11 +7,12 @@ import atexit
 import dataclasses
 from typing import Any
 
+from kdiag.config.probe import ProbeConfig
+from kdiag.core.sample import Sample
+from kdiag.core.worker_process import WorkerError, WorkerProcess, serve
+from kdiag.families.probe import PROBE_UP
 from kdiag.kafka.client import ClientSettings
 from kdiag.probe.probe import ProbeService
-from kdiag.config.probe import ProbeConfig
-from kdiag.core.sample import Sample, sample
-from kdiag.core.worker_process import WorkerError, WorkerProcess, serve
 
 # Seconds the daemon's cycle waits for the probe's counters; the child answers from memory, but a first answer may
 # explain a TLS refusal (one connection of its own).
@@ -36,7 +37,7 @@ class ProbeProcess:
         try:
             answer = self.worker.request({"status": True}, ANSWER_TIMEOUT)
         except WorkerError as e:
-            return False, str(e), [sample("kdiag_probe_up", 0.0)]
+            return False, str(e), [PROBE_UP.sample(0.0)]
         return answer["up"], answer["error"], [Sample(*s) for s in answer["samples"]]
 
     def stop(self) -> None:

@@ -142,9 +142,6 @@ class CollectorSet:
             self._hung[c.name], self._worker = worker, None
             raise
 
-    def help(self) -> dict[str, str]:
-        """HELP text of every metric these collectors emit."""
-        return {name: text for c in self.collectors for name, text in c.help.items()}
 
 
 @dataclass

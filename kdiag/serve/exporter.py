@@ -7,7 +7,7 @@ import gzip
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import Metric
@@ -16,16 +16,21 @@ from prometheus_client.utils import floatToGoString
 from kdiag.core.finite import SKIPPED, dumps
 from kdiag import __version__
 from kdiag.core.quote import LABEL_LIMIT, label_value, printable
-from kdiag.core.cardinality import DROPPED, DROPPED_HELP, KAFKA_PREFIX, cap_kafka_series
+from kdiag.core.cardinality import KAFKA_PREFIX, cap_kafka_series
 from kdiag.runtime.pipeline import State
 from kdiag.core.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported, with_cluster
+from kdiag.families import declared_family
+from kdiag.families.family import Family
+from kdiag.families.own import (
+    BUILD_INFO, CLUSTER_REPORTING, COLLECTOR_DURATION_SECONDS, COLLECTOR_ENABLED, COLLECTOR_LAST_ERROR_INFO,
+    COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, COLLECTOR_SUCCESS, CYCLE_INTERVAL_SECONDS, DIAGNOSIS_ACTIVE,
+    DIAGNOSIS_EVIDENCE, DIAGNOSIS_EXPLAINS, LAST_CYCLE_TIMESTAMP_SECONDS, OUTPUT_VALUES_SKIPPED_TOTAL,
+    RENDER_ERRORS_TOTAL, SERIES_DROPPED_TOTAL,
+)
 
 log = logging.getLogger(__name__)
 MAX_REASON = 300
-RENDER_ERRORS = "kdiag_render_errors_total"
-RENDER_ERRORS_HELP = "cycles in which a metric family could not be rendered and was left out of /metrics (logged)"
-SCHEDULE_NOTE = "collected on kdiag's own schedule; a scrape serves the last snapshot and never reads /proc, Kafka or JMX"
 
 
 def histogram_family(name: str) -> str:
@@ -34,6 +39,12 @@ def histogram_family(name: str) -> str:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def help_of(family: str) -> str:
+    """The declared HELP of a sample family (its name when undeclared: tests/families keeps that from happening)."""
+    declared = declared_family(family)
+    return declared.help if declared else family
 
 
 def exposition_type(s: Sample) -> str:
@@ -63,6 +74,11 @@ def _family(name: str, kind: str, help_text: str) -> Metric:
     # prometheus_client names counter families without the _total suffix it adds to each sample.
     base = name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name
     return ExportedMetric(base, help_text, kind)
+
+
+def _declared(family: Family) -> ExportedMetric:
+    """An empty exposition family of a declared one."""
+    return cast(ExportedMetric, _family(family.name, "counter" if family.kind == COUNTER else family.kind, family.help))
 
 
 class _Families:
@@ -121,7 +137,7 @@ class FamilyCache:
         self._grouped = grouped
         return [g for _, g in grouped]
 
-    def render(self, sources: list[list[Sample]], help_text: dict[str, str], cluster: str = "") -> bytes:
+    def render(self, sources: list[list[Sample]], cluster: str = "") -> bytes:
         """The exposition of every family of the sources' samples, in their order, Kafka's with the `cluster` label."""
         parts: dict[str, list[list[Sample]]] = {}
         for groups in self.groups(sources):
@@ -131,7 +147,7 @@ class FamilyCache:
         rendered = {}
         for family, lists in parts.items():
             # A carried family is the same list cycle after cycle: comparing it costs an identity check.
-            key = (lists, help_text.get(family, family), cluster)
+            key = (lists, help_of(family), cluster)
             previous = self._rendered.get(family)
             if previous and previous.key == key:
                 rendered[family] = previous
@@ -151,9 +167,9 @@ class FamilyCache:
                 texts.append(generate_latest(_Families([family])))
             except Exception as e:  # as in render()
                 self._leave_out(family.name + ("_total" if family.type == "counter" else ""), e)
-        errors = ExportedMetric(RENDER_ERRORS.removesuffix("_total"), RENDER_ERRORS_HELP, "counter")
+        errors = _declared(RENDER_ERRORS_TOTAL)
         for name, count in sorted(self.render_errors.items()):
-            errors.add_sample(RENDER_ERRORS, {"family": name}, count)
+            errors.add_sample(RENDER_ERRORS_TOTAL.name, {"family": name}, count)
         return b"".join(texts) + generate_latest(_Families([errors]))
 
     def _leave_out(self, family: str, error: Exception) -> None:
@@ -203,68 +219,59 @@ class StateCollector:
     def collect(self) -> Iterator[Metric]:
         """Collector health, the series the cap dropped, and diagnoses, as metric families."""
         yield from self._health()
-        dropped = ExportedMetric(DROPPED.removesuffix("_total"), DROPPED_HELP, "counter")
-        dropped.add_sample(DROPPED, {}, self.dropped_total)
+        dropped = _declared(SERIES_DROPPED_TOTAL)
+        dropped.add_sample(SERIES_DROPPED_TOTAL.name, {}, self.dropped_total)
         yield dropped
-        skipped = ExportedMetric("kdiag_output_values_skipped", "values left out of an output because no calendar or "
-                                 "JSON can show them (a time outside years 1-9999, NaN), by output", "counter")
+        skipped = _declared(OUTPUT_VALUES_SKIPPED_TOTAL)
         for output, count in sorted(SKIPPED.items()):
-            skipped.add_sample("kdiag_output_values_skipped_total", {"output": output}, float(count))
+            skipped.add_sample(OUTPUT_VALUES_SKIPPED_TOTAL.name, {"output": output}, float(count))
         yield skipped
         yield from self._diagnoses()
 
     def _health(self) -> list[Metric]:
-        success = ExportedMetric("kdiag_collector_success", f"1 when the collector's last run succeeded; {SCHEDULE_NOTE}", "gauge")
-        duration = ExportedMetric("kdiag_collector_duration_seconds", f"how long the collector's last run took; {SCHEDULE_NOTE}",
-                                  "gauge")
-        last = ExportedMetric("kdiag_collector_last_success_timestamp_seconds",
-                              f"when the collector last succeeded; {SCHEDULE_NOTE}", "gauge")
-        error = ExportedMetric("kdiag_collector_last_error_info", "why the collector is failing now (always 1; absent while it works)",
-                               "gauge")
+        success = _declared(COLLECTOR_SUCCESS)
+        duration = _declared(COLLECTOR_DURATION_SECONDS)
+        last = _declared(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS)
+        error = _declared(COLLECTOR_LAST_ERROR_INFO)
         for name, h in sorted(self.state.health.items()):
-            success.add_sample("kdiag_collector_success", {"collector": name}, float(h.success))
+            success.add_sample(COLLECTOR_SUCCESS.name, {"collector": name}, float(h.success))
             if not h.success and h.error:
-                error.add_sample("kdiag_collector_last_error_info", {"collector": name, "reason": h.error[:MAX_REASON]}, 1.0)
-            duration.add_sample("kdiag_collector_duration_seconds", {"collector": name}, h.duration)
+                error.add_sample(COLLECTOR_LAST_ERROR_INFO.name, {"collector": name, "reason": h.error[:MAX_REASON]}, 1.0)
+            duration.add_sample(COLLECTOR_DURATION_SECONDS.name, {"collector": name}, h.duration)
             if h.last_success is not None:
-                last.add_sample("kdiag_collector_last_success_timestamp_seconds", {"collector": name}, h.last_success)
-        cycle = ExportedMetric("kdiag_last_cycle_timestamp_seconds",
-                               "time of the snapshot being served; it stops advancing when cycles stall", "gauge")
-        cycle.add_sample("kdiag_last_cycle_timestamp_seconds", {}, self.state.time)
-        enabled = ExportedMetric("kdiag_collector_enabled", "1 when the collector runs, 0 when switched off "
-                                 "(`collectors:`, --no-collector) or not configured (Kafka without its settings)", "gauge")
+                last.add_sample(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS.name, {"collector": name}, h.last_success)
+        cycle = _declared(LAST_CYCLE_TIMESTAMP_SECONDS)
+        cycle.add_sample(LAST_CYCLE_TIMESTAMP_SECONDS.name, {}, self.state.time)
+        enabled = _declared(COLLECTOR_ENABLED)
         for name, on in sorted(self.collectors_enabled.items()):
-            enabled.add_sample("kdiag_collector_enabled", {"collector": name}, float(on))
+            enabled.add_sample(COLLECTOR_ENABLED.name, {"collector": name}, float(on))
         families = [success, duration, last, error, cycle, enabled]
         if self.interval:
             # The liveness alert's yardstick (kdiag-alerts.yml, KdiagStale): a snapshot older than three is stale.
-            every = ExportedMetric("kdiag_cycle_interval_seconds", "seconds between kdiag's cycles (`interval`)", "gauge")
-            every.add_sample("kdiag_cycle_interval_seconds", {}, self.interval)
+            every = _declared(CYCLE_INTERVAL_SECONDS)
+            every.add_sample(CYCLE_INTERVAL_SECONDS.name, {}, self.interval)
             families.append(every)
-        info = ExportedMetric("kdiag_build_info", "kdiag version", "gauge")
-        info.add_sample("kdiag_build_info", {"version": __version__}, 1.0)
-        reporting = ExportedMetric("kdiag_cluster_reporting", "1 while this daemon exports the cluster's cluster-scope diagnoses "
-                                   "(elected, kafka.cluster_scope), 0 while another daemon does", "gauge")
-        reporting.add_sample("kdiag_cluster_reporting", {"cluster": self.state.cluster} if self.state.cluster else {},
+        info = _declared(BUILD_INFO)
+        info.add_sample(BUILD_INFO.name, {"version": __version__}, 1.0)
+        reporting = _declared(CLUSTER_REPORTING)
+        reporting.add_sample(CLUSTER_REPORTING.name, {"cluster": self.state.cluster} if self.state.cluster else {},
                              float(self.state.reporting.reporting))
         return [*families, info, reporting]
 
     def _diagnoses(self) -> list[Metric]:
-        active = ExportedMetric("kdiag_diagnosis_active",
-                                "1 while a rule fires for a subject, 0 while pending (condition true, `for` not yet met)", "gauge")
-        evidence = ExportedMetric("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis", "gauge")
-        explains = ExportedMetric("kdiag_diagnosis_explains", "1 per broker a firing cause concerns (one series without `broker` "
-                                  "when it concerns no broker): the source of the generated Alertmanager inhibitions", "gauge")
+        active = _declared(DIAGNOSIS_ACTIVE)
+        evidence = _declared(DIAGNOSIS_EVIDENCE)
+        explains = _declared(DIAGNOSIS_EXPLAINS)
         # A cluster-scope diagnosis is exported by the elected daemon only; the others list it in /api/diagnoses.
         for d in (d for d in self.state.diagnoses if exported(d, self.state.reporting)):
             labels = diagnosis_labels(d, self.state.cluster)
-            active.add_sample("kdiag_diagnosis_active", labels, 1.0 if d.state == "firing" else 0.0)
+            active.add_sample(DIAGNOSIS_ACTIVE.name, labels, 1.0 if d.state == "firing" else 0.0)
             which: dict[str, str] = {k: labels[k] for k in ("rule", "subject", "cluster") if k in labels}
             for signal, value in d.evidence.items():
                 if isinstance(value, float):
-                    evidence.add_sample("kdiag_diagnosis_evidence", {**which, "signal": signal}, value)
+                    evidence.add_sample(DIAGNOSIS_EVIDENCE.name, {**which, "signal": signal}, value)
             for source in explains_labels(d, self.state.cluster):
-                explains.add_sample("kdiag_diagnosis_explains", source, 1.0)
+                explains.add_sample(DIAGNOSIS_EXPLAINS.name, source, 1.0)
         return [active, evidence, explains]
 
 
@@ -274,12 +281,12 @@ def failing_lines(state: State) -> bytes:
                    if not h.success and h.error).encode()
 
 
-def render_metrics(state: State, help_text: dict[str, str], cache: FamilyCache | None = None,
+def render_metrics(state: State, cache: FamilyCache | None = None,
                    dropped_total: float = 0.0, interval: float = 0.0,
                    collectors_enabled: dict[str, bool] | None = None) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
     cache = cache or FamilyCache()
-    samples = cache.render(state.sources or [state.samples], help_text, state.cluster)
+    samples = cache.render(state.sources or [state.samples], state.cluster)
     own = cache.render_families(StateCollector(state, dropped_total, interval, collectors_enabled).collect())
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
@@ -314,7 +321,7 @@ class Published:
         """A reloaded config's terms: how old a cycle may get before /healthz calls it stale, and the interval."""
         self.stale_after, self.interval = stale_after, interval
 
-    def publish(self, state: State, help_text: dict[str, str]) -> None:
+    def publish(self, state: State) -> None:
         """Render a new state once (at most max_kafka_series Kafka series); scrapes then serve it as it is."""
         kafka = sum(len(members) for groups in self._families.groups(state.sources or [state.samples])
                     for family, members in groups.items() if family.startswith(KAFKA_PREFIX))
@@ -325,7 +332,7 @@ class Published:
                             "dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
             self.dropped_total += dropped
             state = dataclasses.replace(state, samples=samples, sources=[samples])
-        metrics = render_metrics(state, help_text, self._families, self.dropped_total, self.interval,
+        metrics = render_metrics(state, self._families, self.dropped_total, self.interval,
                                  self.collectors_enabled)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = dumps(state.to_json(), "api").encode()

@@ -20,7 +20,7 @@ from tests.waiting import wait_until
 
 from kdiag.alerting import alertmanager as am
 from kdiag.alerting import rules as alerts
-from kdiag.kafka.coordination_process import HELP as COORDINATION
+from kdiag.kafka.coordination_process import FAMILIES as COORDINATION
 from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.cli.main import main
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
@@ -80,9 +80,9 @@ def test_one_alert_per_rule_over_the_diagnosis_metric() -> None:
 
 
 def test_liveness_alerts_read_what_kdiag_exports() -> None:
-    text = render_metrics(State("h", 1000.0, [], {}, {}, []), {}, interval=5.0).decode()
+    text = render_metrics(State("h", 1000.0, [], {}, {}, []), interval=5.0).decode()
     # The coordination process's own series (kdiag_coordination_*), which a daemon with Kafka exports every cycle.
-    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples} | set(COORDINATION)
+    exported = {s.name for family in text_string_to_metric_families(text) for s in family.samples} | {f.name for f in COORDINATION}
     assert "kdiag_cycle_interval_seconds 5.0" in text
     group = alerts.prometheus_rules(RULES)["groups"][1]
     assert group["name"] == "kdiag-liveness" and [a["alert"] for a in group["rules"]] == [

@@ -243,11 +243,11 @@ def test_a_slowed_down_job_keeps_its_slower_pace_and_runs_at_once_when_sped_up(t
 def test_healthz_turns_503_when_no_cycle_completes(tmp_path):
     published = Published(stale_after=0.5)
     assert published.health() == (503, b"starting\n")
-    published.publish(State("h", time.time(), [], {}, {}, []), {})
+    published.publish(State("h", time.time(), [], {}, {}, []))
     assert published.health() == (200, b"ok\n")
     text = wait_until(lambda: (got := published.health())[0] == 503 and got[1], 30, "stale")
     assert text.decode().startswith("stale: the last cycle completed ") and text.endswith(b"s ago\n")
-    published.publish(State("h", time.time(), [], {}, {}, []), {})
+    published.publish(State("h", time.time(), [], {}, {}, []))
     assert published.health() == (200, b"ok\n")
     never = Published(stale_after=0.5)
     wait_until(lambda: never.health()[0] == 503 and never.health()[1].startswith(b"stale: no cycle completed in "),

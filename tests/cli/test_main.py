@@ -163,8 +163,7 @@ def test_run_from_recording_serves_and_stops_on_sigterm(swapping):
             time.sleep(0.1)
         assert "kdiag_cpu_seconds_total{" in body
         assert 'kdiag_collector_success{collector="stat"} 1.0' in body
-        # meminfo learns its HELP texts on its first read, after the daemon started.
-        assert "# HELP kdiag_memory_MemAvailable_bytes Memory information field MemAvailable_bytes." in body
+        assert "# HELP kdiag_memory_MemAvailable_bytes Memory information field MemAvailable." in body
         assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         diagnoses = json.loads(get(f"http://127.0.0.1:{port}/api/diagnoses")[1])
         assert diagnoses["host"] == "broker-2"

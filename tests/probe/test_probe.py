@@ -10,7 +10,8 @@ import pytest
 from kdiag.probe import topic as probe_topic
 from kdiag.probe.probe import MAGIC, PAYLOAD, ProbeService
 from kdiag.config.probe import ProbeConfig
-from kdiag.probe.metrics import HELP, Histogram
+from kdiag.families.family import Family
+from kdiag.probe.metrics import FAMILIES, Histogram
 from kdiag.probe.topic import Topology
 from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM
 from tests.waiting import timed_wait
@@ -22,12 +23,14 @@ def test_histogram_is_cumulative_with_inf_bucket():
     h = Histogram([0.5, 0.01, 0.1])
     for v in (0.005, 0.01, 0.2, 3.0):
         h.observe(v)
-    got = {(s.name, dict(s.labels).get("le")): s.value for s in h.samples("x_seconds", broker_id=1)}
+    x = Family("kdiag_x_seconds", HISTOGRAM, "x", ("broker_id",), register=False)
+    got = {(s.name, dict(s.labels).get("le")): s.value for s in h.samples(x, broker_id=1)}
     assert got == {
-        ("x_seconds_bucket", "0.01"): 2, ("x_seconds_bucket", "0.1"): 2, ("x_seconds_bucket", "0.5"): 3,
-        ("x_seconds_bucket", "+Inf"): 4, ("x_seconds_sum", None): pytest.approx(3.215), ("x_seconds_count", None): 4,
+        ("kdiag_x_seconds_bucket", "0.01"): 2, ("kdiag_x_seconds_bucket", "0.1"): 2, ("kdiag_x_seconds_bucket", "0.5"): 3,
+        ("kdiag_x_seconds_bucket", "+Inf"): 4, ("kdiag_x_seconds_sum", None): pytest.approx(3.215),
+        ("kdiag_x_seconds_count", None): 4,
     }
-    assert all(s.kind == HISTOGRAM and ("broker_id", "1") in s.labels for s in h.samples("x_seconds", broker_id=1))
+    assert all(s.kind == HISTOGRAM and ("broker_id", "1") in s.labels for s in h.samples(x, broker_id=1))
 
 
 # -- ProbeService --------------------------------------------------------------------------------------
@@ -141,12 +144,13 @@ def test_probe_metrics_per_broker(kafka_lab):
                  "probe messages received through every broker")
         assert svc.health() == (True, "")
         samples = svc.samples()
+        declared = {f.name for f in FAMILIES}
         names = {s.name for s in samples}
         for counter in ("sent", "acked", "failed", "received", "late", "lost", "duplicated", "out_of_order"):
             name = f"kdiag_probe_messages_{counter}_total"
-            assert set(values(svc, name)) == brokers and name in HELP
+            assert set(values(svc, name)) == brokers and name in declared
         for hist in ("kdiag_probe_produce_latency_seconds", "kdiag_probe_end_to_end_latency_seconds"):
-            assert {f"{hist}_bucket", f"{hist}_sum", f"{hist}_count"} <= names and hist in HELP
+            assert {f"{hist}_bucket", f"{hist}_sum", f"{hist}_count"} <= names and hist in declared
             assert all(v > 0 for v in values(svc, f"{hist}_count").values())
         assert set(values(svc, "kdiag_probe_availability_ratio")) == brokers
         assert all(v >= 1 for v in values(svc, "kdiag_probe_partitions").values())
@@ -155,6 +159,6 @@ def test_probe_metrics_per_broker(kafka_lab):
         kinds = {s.name: s.kind for s in samples}
         assert kinds["kdiag_probe_messages_sent_total"] == COUNTER
         assert kinds["kdiag_probe_availability_ratio"] == GAUGE
-        assert {name for name in names if not name.endswith(("_bucket", "_sum", "_count"))} <= set(HELP)
+        assert {name for name in names if not name.endswith(("_bucket", "_sum", "_count"))} <= declared
     finally:
         svc.stop()

@@ -17,7 +17,7 @@ class Counting(Collector):
 
     def __init__(self, name: str):
         self.name = name
-        self.help: dict[str, str] = {}
+        self.families = ()
         self.gate = threading.Event()
         self.gate.set()
 

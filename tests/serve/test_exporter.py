@@ -16,7 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kdiag.config.settings import Config
 from kdiag.app.wiring import host_collectors
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
-from kdiag.serve.exporter import SCHEDULE_NOTE, Published, render_metrics
+from kdiag.families.host import CPU_SECONDS_TOTAL
+from kdiag.families.own import SCHEDULE_NOTE
+from kdiag.serve.exporter import Published, render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Health, Pipeline, State
 from kdiag.recording.recording import record
 from kdiag.core.root import Root, SnapshotRoot
@@ -27,12 +29,12 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def live_state() -> tuple[State, dict[str, str]]:
-    """The state of two real pipeline steps over this machine, and the HELP texts of its collectors."""
+def live_state() -> State:
+    """The state of two real pipeline steps over this machine."""
     collectors = CollectorSet(host_collectors(Config()))
     pipeline = Pipeline(collectors, load_catalog([default_rules_dir()]), "testhost")
     pipeline.step(Root())
-    return pipeline.step(Root()), collectors.help()
+    return pipeline.step(Root())
 
 
 def families(text: str) -> dict:
@@ -44,8 +46,8 @@ def samples(fams: dict, family: str, name: str | None = None) -> list:
 
 
 def test_render_metrics_parses(live_state):
-    state, help_text = live_state
-    fams = families(render_metrics(state, help_text).decode())
+    state = live_state
+    fams = families(render_metrics(state).decode())
     collectors = set(state.health)
     assert collectors >= {"stat", "meminfo", "netdev", "interrupts", "diskstats", "processes"}
     success = samples(fams, "kdiag_collector_success")
@@ -65,8 +67,8 @@ def test_render_metrics_parses(live_state):
 
 
 def test_health_help_says_scrapes_never_read_proc(live_state):
-    state, help_text = live_state
-    fams = families(render_metrics(state, help_text).decode())
+    state = live_state
+    fams = families(render_metrics(state).decode())
     for name in ("kdiag_collector_success", "kdiag_collector_duration_seconds",
                  "kdiag_collector_last_success_timestamp_seconds"):
         assert SCHEDULE_NOTE in fams[name].documentation
@@ -74,14 +76,14 @@ def test_health_help_says_scrapes_never_read_proc(live_state):
 
 
 def test_collector_help_text_is_used(live_state):
-    state, help_text = live_state
-    fams = families(render_metrics(state, help_text).decode())
-    assert fams["kdiag_cpu_seconds"].documentation == help_text["kdiag_cpu_seconds_total"]
+    state = live_state
+    fams = families(render_metrics(state).decode())
+    assert fams["kdiag_cpu_seconds"].documentation == CPU_SECONDS_TOTAL.help
 
 
 def test_every_sample_of_the_state_is_exported(live_state):
-    state, help_text = live_state
-    fams = families(render_metrics(state, help_text).decode())
+    state = live_state
+    fams = families(render_metrics(state).decode())
     exported = {(s.name, tuple(sorted(s.labels.items()))) for f in fams.values() for s in f.samples}
     missing = [s for s in state.samples if (s.name, s.labels) not in exported]
     assert not missing, missing[:5]
@@ -110,13 +112,13 @@ def server():
 
 
 def test_http_endpoints(server, live_state):
-    state, help_text = live_state
+    state = live_state
     status, _, body = server.get("/healthz")
     assert (status, body) == (503, b"starting\n")
     status, _, body = server.get("/metrics")
     assert status == 200 and body.startswith(b"# kdiag: first collection still running")
 
-    server.published.publish(state, help_text)
+    server.published.publish(state)
     status, _, body = server.get("/healthz")
     assert (status, body) == (200, b"ok\n")
 
@@ -164,7 +166,7 @@ def test_scrape_never_reads_proc(tmp_path, server):
     pipeline.step(SnapshotRoot(rec / "0000"))
     state = pipeline.step(SnapshotRoot(snapshot))
     assert state.health["stat"].success
-    server.published.publish(state, collectors.help())
+    server.published.publish(state)
     _, _, before = server.get("/metrics")
 
     shutil.rmtree(tmp_path)
@@ -224,7 +226,7 @@ def test_diagnoses_exported(tmp_path):
     signals = {"host": {"host": {"name": "host", "swap_used_bytes": 1000.0, "net_rx_top_cpu": "3"}}}
     diagnoses = engine.evaluate(EngineState(), 0.0, signals).current()
     state = State("h", 0.0, [], {}, signals, diagnoses)
-    fams = families(render_metrics(state, {}).decode())
+    fams = families(render_metrics(state).decode())
     active = {s.labels["rule"]: s for s in samples(fams, "kdiag_diagnosis_active")}
     assert active["swap_hog"].value == 1.0 and active["swap_slow"].value == 0.0
     assert active["swap_hog"].labels == {"rule": "swap_hog", "subject": "host", "kind": "cause", "severity": "warning",
@@ -283,7 +285,7 @@ def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by
     other = Member("other-host", 1)
     for reporting, exported in ((Reporting(True, None), True), (Reporting(False, other), False)):
         state = State("h", 0.0, kafka, {}, signals, diagnoses, [], "abc", 2, reporting)
-        fams = families(render_metrics(state, {}).decode())
+        fams = families(render_metrics(state).decode())
         active = {s.labels["rule"]: s.labels for s in samples(fams, "kdiag_diagnosis_active")}
         assert active["slow"] == {"rule": "slow", "subject": "broker 2", "kind": "symptom", "severity": "warning",
                                   "scope": "host", "cluster": "abc", "broker": "2"}
@@ -304,15 +306,15 @@ def test_cluster_scope_diagnoses_are_exported_by_the_reporter_only_and_listed_by
 
 
 def test_a_failing_collector_says_why_in_a_metric_and_on_healthz(server, live_state):
-    state, help_text = live_state
+    state = live_state
     reason = 'KafkaAdminError: Kafka at b:9093: SASL authentication failed for user "kdiag": check kafka.client.sasl.password_file'
     failing = State(state.host, state.time, state.samples,
                     {**state.health, "kafka_admin": Health(False, 1.0, None, reason)}, state.signals, state.diagnoses)
-    server.published.publish(failing, help_text)
+    server.published.publish(failing)
     fams = families(server.get("/metrics")[2].decode())
     (info,) = samples(fams, "kdiag_collector_last_error_info")
     assert info.labels == {"collector": "kafka_admin", "reason": reason} and info.value == 1.0
     assert server.get("/healthz")[::2] == (200, f"ok\nkafka_admin: {reason}\n".encode())
-    server.published.publish(state, help_text)  # working again: no reason left
+    server.published.publish(state)  # working again: no reason left
     assert "kdiag_collector_last_error_info{" not in server.get("/metrics")[2].decode()
     assert server.get("/healthz")[::2] == (200, b"ok\n")

@@ -23,6 +23,7 @@ from kdiag.serve.exporter import FamilyCache, Published, render_metrics
 from kdiag.runtime.pipeline import State
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM, Sample, sample
+from kdiag.families.kafka import KAFKA_TOPIC_PARTITIONS
 from tests.paths import FIXTURES
 
 STATE = FIXTURES / "kafka" / "admin-state.json"
@@ -167,15 +168,14 @@ def test_uncapped_exports_a_zero_drop_counter():
 @pytest.mark.integration
 def test_family_cache_renders_what_a_fresh_render_does_and_follows_changes():
     cache = FamilyCache()
-    help_text = {"kdiag_kafka_topic_partitions": "Partitions of the topic."}
-    first = render_metrics(state_of(kafka_samples()), help_text, cache)
-    assert cache.render([kafka_samples()], help_text) == FamilyCache().render([kafka_samples()], help_text)
-    assert b"# HELP kdiag_kafka_topic_partitions Partitions of the topic." in first
+    first = render_metrics(state_of(kafka_samples()), cache)
+    assert cache.render([kafka_samples()]) == FamilyCache().render([kafka_samples()])
+    assert f"# HELP kdiag_kafka_topic_partitions {KAFKA_TOPIC_PARTITIONS.help}".encode() in first
     changed = [s._replace(value=9.0) if s.name == "kdiag_kafka_topic_partitions" else s for s in kafka_samples()]
-    text = cache.render([changed], help_text).decode()
+    text = cache.render([changed]).decode()
     assert 'kdiag_kafka_topic_partitions{topic="a"} 9.0' in text
     assert 'kdiag_kafka_topic_partitions{topic="a"} 1.0' not in text
-    assert cache.render([changed[:1]], help_text).decode().count("kdiag_kafka") == 0  # a family gone is gone
+    assert cache.render([changed[:1]]).decode().count("kdiag_kafka") == 0  # a family gone is gone
 
 
 def test_new_values_on_the_same_series_render_as_a_fresh_render_does():
@@ -187,23 +187,23 @@ def test_new_values_on_the_same_series_render_as_a_fresh_render_does():
                 sample("kdiag_probe_latency_seconds_count", v, HISTOGRAM),
                 sample("kdiag_kafka_bytes_in_total", v, COUNTER, broker_id=1)]
     cache = FamilyCache()
-    cache.render([snapshot(1.0)], {}, "c1")
+    cache.render([snapshot(1.0)], "c1")
     assert all(text.prefixes for text in cache._rendered.values())  # every family can take new values by prefix
     for v in (2.0, float("nan"), float("inf"), 1e21, -0.0):
-        assert cache.render([snapshot(v)], {}, "c1") == FamilyCache().render([snapshot(v)], {}, "c1"), v
+        assert cache.render([snapshot(v)], "c1") == FamilyCache().render([snapshot(v)], "c1"), v
     fewer = snapshot(3.0)[1:]  # a series gone: rendered anew
-    assert cache.render([fewer], {}, "c1") == FamilyCache().render([fewer], {}, "c1")
+    assert cache.render([fewer], "c1") == FamilyCache().render([fewer], "c1")
 
 
 def test_a_family_split_over_sources_renders_as_one_and_a_carried_source_is_grouped_once():
     samples = kafka_samples()
-    whole = FamilyCache().render([samples], {})
+    whole = FamilyCache().render([samples])
     cache = FamilyCache()
     fresh, carried = samples[:3], samples[3:]
-    assert cache.render([fresh, carried], {}) == whole
+    assert cache.render([fresh, carried]) == whole
     groups = cache.groups([list(fresh), carried])[1]
     assert cache.groups([list(fresh), carried])[1] is groups  # the same list again: its grouping is reused
-    assert cache.render([list(fresh), carried], {}) == whole
+    assert cache.render([list(fresh), carried]) == whole
 
 
 def write_rule(tmp_path: Path, when: str) -> list:
@@ -238,7 +238,7 @@ class SlowCollector(Collector):
     name = "slow"
 
     def __init__(self, seconds: float, busy: bool = False):
-        self.help: dict[str, str] = {}
+        self.families = ()
         self.seconds = seconds
         self.busy = busy
         self.runs = 0

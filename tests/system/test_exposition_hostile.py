@@ -161,7 +161,7 @@ def test_alertmanager_payload_is_json_with_the_labels_prometheus_sends(state):
     pusher = AlertPusher("http://127.0.0.1:9/", "h\x1c# host")
     pusher._take(state, {})
     body = json.loads(json.dumps(list(pusher._firing.values())))
-    active = parsed(render_metrics(state, {}))["kdiag_diagnosis_active"].samples
+    active = parsed(render_metrics(state))["kdiag_diagnosis_active"].samples
     assert {a["labels"]["subject"] for a in body} == {s.labels["subject"] for s in active}
     assert all(v.isprintable() for a in body for v in a["labels"].values())
 
@@ -177,7 +177,7 @@ def test_a_family_that_cannot_be_rendered_is_left_out_and_counted():
     good = [sample("kdiag_good", 1.0, device="sda")]
     bad = [sample("kdiag_bad", 1.0, device="sda")._replace(value="not a number")]
     for cycle in (1, 2):
-        text = render_metrics(State("h", 0.0, [*good, *bad], {}, {}, []), {}, cache)
+        text = render_metrics(State("h", 0.0, [*good, *bad], {}, {}, []), cache)
         promtool_parses(text)
         fams = parsed(text)
         assert "kdiag_bad" not in fams and fams["kdiag_good"].samples[0].value == 1.0
@@ -204,7 +204,7 @@ def test_a_process_named_with_line_breaks_leaves_metrics_parseable_and_fresh():
 
         def cycle() -> bool:
             state = pipeline.step(Root())
-            published.publish(state, collectors.help())
+            published.publish(state)
             promtool_parses(published.metrics)
             fams = parsed(published.metrics)
             assert fams["kdiag_last_cycle_timestamp_seconds"].samples[0].value == state.time
@@ -221,7 +221,7 @@ def test_a_long_label_value_is_cut_and_two_long_ids_stay_apart() -> None:
     long_a, long_b = "g" * 30_008, "g" * 30_000 + "-other"  # the same first 300 characters
     samples = [sample("kdiag_consumer_lag_messages", 1.0, GAUGE, group=long_a, topic="t"),
                sample("kdiag_consumer_lag_messages", 2.0, GAUGE, group=long_b, topic="t")]
-    text = FamilyCache().render([samples], {})
+    text = FamilyCache().render([samples])
     promtool_parses(text)
     values = [s.labels["group"] for f in text_string_to_metric_families(text.decode()) for s in f.samples]
     assert len(values) == 2 and values[0] != values[1]

@@ -55,4 +55,4 @@ def test_every_output_survives_a_time_or_number_it_cannot_show(since: float, tmp
     strict((tmp_path / "state" / "state.json").read_text())
     saved.close()
     assert sum(SKIPPED.values()) > before
-    assert 'kdiag_output_values_skipped_total{output="api"}' in render_metrics(state, {}).decode()
+    assert 'kdiag_output_values_skipped_total{output="api"}' in render_metrics(state).decode()

@@ -8,7 +8,8 @@ import kdiag
 PACKAGE = Path(kdiag.__file__).parent
 
 CORE = {"kdiag.core"}
-KAFKA = CORE | {"kdiag", "kdiag.kafka"}
+FAMILIES = CORE | {"kdiag.families"}
+KAFKA = FAMILIES | {"kdiag", "kdiag.kafka"}
 CONFIG = KAFKA | {"kdiag.config"}
 ANALYSIS = CONFIG | {"kdiag.analysis"}
 COLLECTORS = CONFIG | {"kdiag.collectors"}
@@ -24,7 +25,8 @@ LAB = CONFIG | {"kdiag.tools.lab"}
 ALLOWED = {
     "kdiag": set(),
     "kdiag.core": set(),
-    "kdiag.kafka": CORE,
+    "kdiag.families": CORE,
+    "kdiag.kafka": FAMILIES,
     "kdiag.config": KAFKA,
     "kdiag.analysis": CONFIG,
     "kdiag.collectors": CONFIG,

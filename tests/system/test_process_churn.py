@@ -52,7 +52,7 @@ def test_a_dead_process_leaves_no_state_once_the_history_forgets_it(tmp_path):
     published = Published()
 
     def step() -> None:
-        published.publish(pipeline.step(Root()), pipeline.collectors.help())
+        published.publish(pipeline.step(Root()))
 
     dead: set[str] = set()
     for _ in range(8):

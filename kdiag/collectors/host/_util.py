@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 import errno
+import re
 from collections import Counter
 
 from kdiag.core.procfs import lines, malformed
 from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
-
-SKIPPED = "kdiag_collector_skipped_entries"
-SKIPPED_HELP = {SKIPPED: "Entries (an interface, a block device) the collector's last run left out because reading them "
-                         "failed (gone meanwhile, or an attribute the driver refuses), by errno name."}
+from kdiag.core.sample import Sample
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
 
 
 def ints(tokens: list[str], source: str, lineno: int, line: str, base: int = 10) -> list[int]:
@@ -56,7 +52,7 @@ def interfaces(root: Root) -> list[str]:
 
 def skipped_samples(collector: str, skipped: Counter[str]) -> list[Sample]:
     """kdiag_collector_skipped_entries per reason of the entries one run of a collector left out."""
-    return [sample(SKIPPED, n, GAUGE, collector=collector, reason=reason) for reason, n in sorted(skipped.items())]
+    return [COLLECTOR_SKIPPED_ENTRIES.sample(n, collector=collector, reason=reason) for reason, n in sorted(skipped.items())]
 
 
 def reason(error: OSError) -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from kdiag.core.procfs import is_virtual_block, malformed, read_source
-from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import reason, skipped_samples
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import is_virtual_block, malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+from kdiag.families.storage import BLOCK_ROTATIONAL, BLOCK_SCHEDULER_INFO
 
 _ACTIVE = re.compile(r"\[([^\]]+)\]")
 
@@ -34,19 +36,13 @@ def parse_rotational(text: str, source: str = "queue/rotational") -> int:
     return int(value)
 
 
-HELP = {
-    "kdiag_block_rotational": "Whether the block device is rotational (1) or not (0).",
-    "kdiag_block_scheduler_info": "The active I/O scheduler of the block device, value 1.",
-    **SKIPPED_HELP,
-}
-
 
 @registered()
 class BlockCollector(Collector):
     """Rotational flag and active scheduler of each real block device."""
 
     name = "block"
-    help = HELP
+    families = (BLOCK_ROTATIONAL, BLOCK_SCHEDULER_INFO, COLLECTOR_SKIPPED_ENTRIES)
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples for every device in /sys/block with a request queue, without loop/ram/zram; a device whose queue
@@ -64,7 +60,7 @@ class BlockCollector(Collector):
                 skipped[reason(e)] += 1
                 continue
             samples += [
-                sample("kdiag_block_rotational", rotational, GAUGE, device=device),
-                sample("kdiag_block_scheduler_info", 1, GAUGE, device=device, scheduler=scheduler),
+                BLOCK_ROTATIONAL.sample(rotational, device=device),
+                BLOCK_SCHEDULER_INFO.sample(1, device=device, scheduler=scheduler),
             ]
         return samples + skipped_samples(self.name, skipped)

@@ -7,19 +7,14 @@ from __future__ import annotations
 from collections import Counter
 
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import reason, skipped_samples
 from kdiag.collectors.registry import registered
-from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.blockdev import whole_disk
 from kdiag.core.procfs import is_virtual_block, malformed, read_source
 from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, Sample, sample
-
-HELP = {
-    "kdiag_disk_io_errors_total": "Commands to a SCSI/SATA disk that completed with an error (device/ioerr_cnt).",
-    "kdiag_md_member_errors_total": "Read errors on an md RAID member that were corrected or ignored without failing it "
-                                    "(md/dev-X/errors); disk is the member's whole disk.",
-    **SKIPPED_HELP,
-}
+from kdiag.core.sample import Sample
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+from kdiag.families.storage import DISK_IO_ERRORS_TOTAL, MD_MEMBER_ERRORS_TOTAL
 
 
 def parse_count(text: str, source: str, base: int = 10) -> int:
@@ -35,7 +30,7 @@ class BlockErrorsCollector(Collector):
     """I/O error counts of every disk and md member that reports them."""
 
     name = "blockerrors"
-    help = HELP
+    families = (DISK_IO_ERRORS_TOTAL, MD_MEMBER_ERRORS_TOTAL, COLLECTOR_SKIPPED_ENTRIES)
 
     def collect(self, root: Root) -> list[Sample]:
         """A counter per disk with ioerr_cnt and per md member; an unreadable one is left out and counted."""
@@ -47,7 +42,7 @@ class BlockErrorsCollector(Collector):
             try:
                 if root.exists("sys", f"block/{device}/device/ioerr_cnt"):
                     count = parse_count(*read_source(root, "sys", f"block/{device}/device/ioerr_cnt"), base=16)
-                    samples.append(sample("kdiag_disk_io_errors_total", count, COUNTER, device=device))
+                    samples.append(DISK_IO_ERRORS_TOTAL.sample(count, device=device))
                 if root.exists("sys", f"block/{device}/md"):
                     samples += md_member_samples(root, device)
             except OSError as e:
@@ -64,6 +59,5 @@ def md_member_samples(root: Root, md: str) -> list[Sample]:
         if entry.startswith("dev-") and root.exists("sys", f"block/{md}/md/{entry}/errors"):
             member = entry.removeprefix("dev-")
             count = parse_count(*read_source(root, "sys", f"block/{md}/md/{entry}/errors"))
-            samples.append(sample("kdiag_md_member_errors_total", count, COUNTER, device=md, member=member,
-                                  disk=whole_disk(root, member)))
+            samples.append(MD_MEMBER_ERRORS_TOTAL.sample(count, device=md, member=member, disk=whole_disk(root, member)))
     return samples

@@ -13,9 +13,9 @@ import threading
 from collections.abc import Collection
 from typing import NamedTuple
 
-from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, parse_stat, read_source
 from kdiag.collectors.host.proctable import ProcessTable, process_table, trusted
 from kdiag.collectors.registry import Shared
+from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, parse_stat, read_source
 from kdiag.core.root import Root
 from kdiag.core.trust import trusted_uids
 

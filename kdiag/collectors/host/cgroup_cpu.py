@@ -12,25 +12,24 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeVar
 
 from kdiag.collectors import Collector
-from kdiag.collectors.registry import Shared, registered
-from kdiag.config.settings import Config
-from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
+from kdiag.collectors.host._util import reason, skipped_samples
 from kdiag.collectors.host.brokerpids import BrokerPid, BrokerPids, broker_pids
 from kdiag.collectors.host.mounts import Mount, parse_mounts
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
 from kdiag.core.procfs import lines, malformed, parse_key_values, read_source
 from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+from kdiag.families.process import (
+    PROCESS_CGROUP_CPU_PERIODS_TOTAL,
+    PROCESS_CGROUP_CPU_QUOTA_CORES,
+    PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL,
+    PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL,
+)
 
 MAX_DEPTH = 16
 T = TypeVar("T")
-HELP = {
-    "kdiag_process_cgroup_cpu_quota_cores": "CPU quota of a cgroup holding the process, in cores (quota / period).",
-    "kdiag_process_cgroup_cpu_periods_total": "Enforcement periods of that cgroup's CPU quota with runnable tasks.",
-    "kdiag_process_cgroup_cpu_throttled_periods_total": "Periods in which that cgroup used up its quota and was stopped.",
-    "kdiag_process_cgroup_cpu_throttled_seconds_total": "Seconds that cgroup's tasks were stopped for want of quota.",
-    **SKIPPED_HELP,
-}
-
 
 class CgroupEntry(NamedTuple):
     """One line of /proc/PID/cgroup: hierarchy id, its controllers (empty for v2) and the cgroup's path."""
@@ -145,7 +144,11 @@ class CgroupCpuCollector(Collector):
     """Quota and throttling of every cgroup with a CPU quota that holds a broker process."""
 
     name = "cgroup_cpu"
-    help = HELP
+    families = (
+        PROCESS_CGROUP_CPU_QUOTA_CORES, PROCESS_CGROUP_CPU_PERIODS_TOTAL,
+        PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL,
+        COLLECTOR_SKIPPED_ENTRIES,
+    )
 
     def __init__(self, brokers: BrokerPids | None = None):
         self.brokers = brokers or BrokerPids()
@@ -191,8 +194,8 @@ def limiting_cgroup_samples(collector: str, root: Root, brokers: list[BrokerPid]
 def throttling_samples(t: Throttling, **labels: object) -> list[Sample]:
     """The four series of one limiting cgroup."""
     return [
-        sample("kdiag_process_cgroup_cpu_quota_cores", t.quota_cores, GAUGE, **labels),
-        sample("kdiag_process_cgroup_cpu_periods_total", t.periods, COUNTER, **labels),
-        sample("kdiag_process_cgroup_cpu_throttled_periods_total", t.throttled_periods, COUNTER, **labels),
-        sample("kdiag_process_cgroup_cpu_throttled_seconds_total", t.throttled_seconds, COUNTER, **labels),
+        PROCESS_CGROUP_CPU_QUOTA_CORES.sample(t.quota_cores, **labels),
+        PROCESS_CGROUP_CPU_PERIODS_TOTAL.sample(t.periods, **labels),
+        PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL.sample(t.throttled_periods, **labels),
+        PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL.sample(t.throttled_seconds, **labels),
     ]

@@ -11,30 +11,24 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kdiag.collectors import Collector
-from kdiag.collectors.host._util import SKIPPED_HELP
 from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
 from kdiag.collectors.host.cgroup_cpu import limiting_cgroup_samples
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
 from kdiag.core.procfs import malformed, parse_key_values, read_source
 from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+from kdiag.families.process import (
+    PROCESS_CGROUP_MEMORY_BYTES,
+    PROCESS_CGROUP_MEMORY_LIMIT_BYTES,
+    PROCESS_CGROUP_MEMORY_LIMIT_HITS_TOTAL,
+    PROCESS_CGROUP_MEMORY_OOM_KILLS_TOTAL,
+    PROCESS_CGROUP_MEMORY_USAGE_BYTES,
+)
 
 # v1 says "no limit" with the largest page-aligned long, 2**63 less one page (4 KiB to 64 KiB).
 V1_UNLIMITED = 2**63 - 2**16
-HELP = {
-    "kdiag_process_cgroup_memory_limit_bytes": "Memory limit of a cgroup holding the process (v2 memory.max, v1 "
-                                               "memory.limit_in_bytes).",
-    "kdiag_process_cgroup_memory_usage_bytes": "Memory that cgroup uses now, page cache included (memory.current, "
-                                               "v1 memory.usage_in_bytes).",
-    "kdiag_process_cgroup_memory_limit_hits_total": "Times that cgroup's use reached its limit and it reclaimed "
-                                                    "(memory.events max, v1 memory.failcnt).",
-    "kdiag_process_cgroup_memory_oom_kills_total": "Processes the OOM killer killed in that cgroup (memory.events or "
-                                                   "v1 memory.oom_control oom_kill).",
-    "kdiag_process_cgroup_memory_bytes": "That cgroup's memory by type: anon (heap, stacks) or file (page cache).",
-    **SKIPPED_HELP,
-}
-
 
 class MemoryUse(NamedTuple):
     """A limiting cgroup's limit, use and counts, the same under v1 and v2; oom_kills None where v1 has none (< 4.13)."""
@@ -106,7 +100,11 @@ class CgroupMemoryCollector(Collector):
     """Limit, use, limit hits and OOM kills of every cgroup with a memory limit that holds a broker process."""
 
     name = "cgroup_memory"
-    help = HELP
+    families = (
+        PROCESS_CGROUP_MEMORY_LIMIT_BYTES, PROCESS_CGROUP_MEMORY_USAGE_BYTES,
+        PROCESS_CGROUP_MEMORY_LIMIT_HITS_TOTAL, PROCESS_CGROUP_MEMORY_OOM_KILLS_TOTAL, PROCESS_CGROUP_MEMORY_BYTES,
+        COLLECTOR_SKIPPED_ENTRIES,
+    )
 
     def __init__(self, brokers: BrokerPids | None = None):
         self.brokers = brokers or BrokerPids()
@@ -124,12 +122,12 @@ class CgroupMemoryCollector(Collector):
 def memory_samples(m: MemoryUse, **labels: object) -> list[Sample]:
     """The series of one limiting cgroup."""
     samples = [
-        sample("kdiag_process_cgroup_memory_limit_bytes", m.limit_bytes, GAUGE, **labels),
-        sample("kdiag_process_cgroup_memory_usage_bytes", m.usage_bytes, GAUGE, **labels),
-        sample("kdiag_process_cgroup_memory_limit_hits_total", m.limit_hits, COUNTER, **labels),
-        sample("kdiag_process_cgroup_memory_bytes", m.anon_bytes, GAUGE, **labels, type="anon"),
-        sample("kdiag_process_cgroup_memory_bytes", m.file_bytes, GAUGE, **labels, type="file"),
+        PROCESS_CGROUP_MEMORY_LIMIT_BYTES.sample(m.limit_bytes, **labels),
+        PROCESS_CGROUP_MEMORY_USAGE_BYTES.sample(m.usage_bytes, **labels),
+        PROCESS_CGROUP_MEMORY_LIMIT_HITS_TOTAL.sample(m.limit_hits, **labels),
+        PROCESS_CGROUP_MEMORY_BYTES.sample(m.anon_bytes, **labels, type="anon"),
+        PROCESS_CGROUP_MEMORY_BYTES.sample(m.file_bytes, **labels, type="file"),
     ]
     if m.oom_kills is not None:
-        samples.append(sample("kdiag_process_cgroup_memory_oom_kills_total", m.oom_kills, COUNTER, **labels))
+        samples.append(PROCESS_CGROUP_MEMORY_OOM_KILLS_TOTAL.sample(m.oom_kills, **labels))
     return samples

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import is_virtual_block, lines, malformed, read_source
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import is_virtual_block, lines, malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.storage import (
+    DISK_FLUSH_REQUESTS_TIME_SECONDS_TOTAL,
+    DISK_FLUSH_REQUESTS_TOTAL,
+    DISK_IO_NOW,
+    DISK_IO_TIME_SECONDS_TOTAL,
+    DISK_IO_TIME_WEIGHTED_SECONDS_TOTAL,
+    DISK_READ_BYTES_TOTAL,
+    DISK_READ_TIME_SECONDS_TOTAL,
+    DISK_READS_COMPLETED_TOTAL,
+    DISK_WRITE_TIME_SECONDS_TOTAL,
+    DISK_WRITES_COMPLETED_TOTAL,
+    DISK_WRITTEN_BYTES_TOTAL,
+)
 
 SOURCE = "/proc/diskstats"
 SECTOR_BYTES = 512
@@ -20,19 +33,19 @@ def _seconds(ms: int) -> float:
     return ms / 1000
 
 
-# (index after major/minor/device, metric suffix, conversion, kind, HELP).
+# (index after major/minor/device, family, conversion).
 _FIELDS = (
-    (0, "reads_completed_total", float, COUNTER, "Reads completed successfully."),
-    (2, "read_bytes_total", _bytes, COUNTER, "Bytes read."),
-    (3, "read_time_seconds_total", _seconds, COUNTER, "Seconds spent by all reads."),
-    (4, "writes_completed_total", float, COUNTER, "Writes completed successfully."),
-    (6, "written_bytes_total", _bytes, COUNTER, "Bytes written."),
-    (7, "write_time_seconds_total", _seconds, COUNTER, "Seconds spent by all writes."),
-    (8, "io_now", float, GAUGE, "I/Os currently in progress."),
-    (9, "io_time_seconds_total", _seconds, COUNTER, "Seconds spent doing I/Os."),
-    (10, "io_time_weighted_seconds_total", _seconds, COUNTER, "Weighted seconds spent doing I/Os."),
-    (15, "flush_requests_total", float, COUNTER, "Flush requests completed successfully."),
-    (16, "flush_requests_time_seconds_total", _seconds, COUNTER, "Seconds spent by all flush requests."),
+    (0, DISK_READS_COMPLETED_TOTAL, float),
+    (2, DISK_READ_BYTES_TOTAL, _bytes),
+    (3, DISK_READ_TIME_SECONDS_TOTAL, _seconds),
+    (4, DISK_WRITES_COMPLETED_TOTAL, float),
+    (6, DISK_WRITTEN_BYTES_TOTAL, _bytes),
+    (7, DISK_WRITE_TIME_SECONDS_TOTAL, _seconds),
+    (8, DISK_IO_NOW, float),
+    (9, DISK_IO_TIME_SECONDS_TOTAL, _seconds),
+    (10, DISK_IO_TIME_WEIGHTED_SECONDS_TOTAL, _seconds),
+    (15, DISK_FLUSH_REQUESTS_TOTAL, float),
+    (16, DISK_FLUSH_REQUESTS_TIME_SECONDS_TOTAL, _seconds),
 )
 # 14 fields before Linux 4.18, 18 with discard counters, 20 with flush counters since 5.5.
 _FIELD_COUNTS = (14, 18, 20)
@@ -55,13 +68,10 @@ def parse_diskstats(text: str, source: str = SOURCE) -> dict[str, tuple[int, ...
 def disk_samples(device: str, counters: tuple[int, ...]) -> list[Sample]:
     """Samples of one device's counters; flush metrics only when the kernel reports them."""
     return [
-        sample(f"kdiag_disk_{suffix}", convert(counters[i]), kind, device=device)
-        for i, suffix, convert, kind, _ in _FIELDS
+        family.sample(convert(counters[i]), device=device)
+        for i, family, convert in _FIELDS
         if i < len(counters)
     ]
-
-
-HELP = {f"kdiag_disk_{suffix}": text for _, suffix, _, _, text in _FIELDS}
 
 
 @registered()
@@ -69,7 +79,7 @@ class DiskstatsCollector(Collector):
     """Whole, real block devices' I/O counters."""
 
     name = "diskstats"
-    help = HELP
+    families = tuple(family for _, family, _ in _FIELDS)
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples for devices listed in /sys/block (partitions are not), without loop/ram/zram."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kdiag.core.procfs import malformed
-from kdiag.collectors.host._util import cpu_table, interfaces
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import cpu_table, interfaces
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.host import INTERRUPTS_TOTAL
 
 SOURCE = "/proc/interrupts"
 # What the kernel prints before the action names: chip (" %8s"), hwirq when the IRQ has a domain,
@@ -70,16 +71,13 @@ def _msi_irqs(root: Root, name: str) -> list[str]:
     return []
 
 
-HELP = {"kdiag_interrupts_total": "Interrupts per IRQ and CPU since boot (CPUs that never handled the IRQ left out); "
-                                  "interface is the NIC the IRQ serves, or ''."}
-
 
 @registered()
 class InterruptsCollector(Collector):
     """Interrupts per numeric IRQ and CPU; pairs still at zero are left out (a 128-CPU host would have ~40k series)."""
 
     name = "interrupts"
-    help = HELP
+    families = (INTERRUPTS_TOTAL,)
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the nonzero (IRQ, CPU) counts of numeric IRQs, labelled with their network interface."""
@@ -89,7 +87,7 @@ class InterruptsCollector(Collector):
         names = interfaces(root)
         owner = irq_interfaces(irqs, names, {name: _msi_irqs(root, name) for name in names})
         return [
-            sample("kdiag_interrupts_total", n, COUNTER, irq=irq, cpu=cpu, device=i.devices, interface=owner.get(irq, ""))
+            INTERRUPTS_TOTAL.sample(n, irq=irq, cpu=cpu, device=i.devices, interface=owner.get(irq, ""))
             for irq, i in irqs.items()
             for cpu, n in i.counts.items()
             if n

@@ -11,11 +11,13 @@ from collections import Counter
 from typing import NamedTuple
 
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import reason, skipped_samples
 from kdiag.collectors.registry import registered
-from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+from kdiag.families.storage import JBD2_COMMIT_SECONDS, JBD2_PHASE_SECONDS, JBD2_TRANSACTIONS_TOTAL
 
 _FIRST = re.compile(r"(\d+) transactions?,? (?:\((\d+) requested\), )?each up to \d+ blocks")
 _AVERAGE = re.compile(r"(\d+)(ms|us) (.+)")
@@ -26,15 +28,6 @@ PHASES = {
     "flushing data (in ordered mode)": "flushing",
     "logging transaction": "logging",
 }
-HELP = {
-    "kdiag_jbd2_transactions_total": "Transactions the journal has committed since the filesystem was mounted.",
-    "kdiag_jbd2_commit_seconds": "The journal's running average time to commit one transaction (recent commits weigh "
-                                 "most).",
-    "kdiag_jbd2_phase_seconds": "Average seconds per transaction since mount in one phase: handles waiting for a "
-                                "transaction, the transaction locked, data flushed (data=ordered), the log written.",
-    **SKIPPED_HELP,
-}
-
 
 class Journal(NamedTuple):
     """What one /proc/fs/jbd2/*/info says; the averages are absent before the first commit."""
@@ -77,7 +70,7 @@ class Jbd2Collector(Collector):
     """Commits and commit time of every mounted ext4 (jbd2) journal; none without ext4 or jbd2."""
 
     name = "jbd2"
-    help = HELP
+    families = (JBD2_TRANSACTIONS_TOTAL, JBD2_COMMIT_SECONDS, JBD2_PHASE_SECONDS, COLLECTOR_SKIPPED_ENTRIES)
 
     def collect(self, root: Root) -> list[Sample]:
         """Series per journal, labelled with the journal and its device's /dev path (as /proc/mounts shows it)."""
@@ -95,10 +88,10 @@ class Jbd2Collector(Collector):
             except ValueError:
                 skipped["malformed"] += 1
                 continue
-            samples.append(sample("kdiag_jbd2_transactions_total", journal.transactions, COUNTER, **labels))
+            samples.append(JBD2_TRANSACTIONS_TOTAL.sample(journal.transactions, **labels))
             if journal.commit_seconds is not None:
-                samples.append(sample("kdiag_jbd2_commit_seconds", journal.commit_seconds, GAUGE, **labels))
-            samples += [sample("kdiag_jbd2_phase_seconds", s, GAUGE, **labels, phase=p) for p, s in journal.phases.items()]
+                samples.append(JBD2_COMMIT_SECONDS.sample(journal.commit_seconds, **labels))
+            samples += [JBD2_PHASE_SECONDS.sample(s, **labels, phase=p) for p, s in journal.phases.items()]
         return samples + skipped_samples(self.name, skipped)
 
 

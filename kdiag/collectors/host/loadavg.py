@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import malformed, read_source
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.host import LOAD
 
 SOURCE = "/proc/loadavg"
 
@@ -20,17 +21,14 @@ def parse_loadavg(text: str, source: str = SOURCE) -> tuple[float, float, float]
         raise malformed(source, 1, text) from None
 
 
-HELP = {f"kdiag_load{m}": f"{m}m load average." for m in (1, 5, 15)}
-
-
 @registered()
 class LoadavgCollector(Collector):
     """1, 5 and 15 minute load averages."""
 
     name = "loadavg"
-    help = HELP
+    families = tuple(LOAD.values())
 
     def collect(self, root: Root) -> list[Sample]:
         """kdiag_load1, kdiag_load5 and kdiag_load15."""
         loads = parse_loadavg(*read_source(root, "proc", "loadavg"))
-        return [sample(f"kdiag_load{m}", load, GAUGE) for m, load in zip((1, 5, 15), loads, strict=False)]
+        return [family.sample(load) for family, load in zip(LOAD.values(), loads, strict=True)]

@@ -12,40 +12,39 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kdiag.core.procfs import TICKS_PER_SECOND, parse_stat, read_source
-from kdiag.core.root import Root
-from kdiag.core.safeio import read_regular
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
+from kdiag.core.procfs import TICKS_PER_SECOND, parse_stat, read_source
+from kdiag.core.root import Root
+from kdiag.core.safeio import read_regular
+from kdiag.core.sample import Sample
+from kdiag.families.process import (
+    LOADGEN_BATCH_RECORDS,
+    LOADGEN_BATCH_SIZE_BYTES,
+    LOADGEN_BATCH_SIZE_LIMIT_BYTES,
+    LOADGEN_BROKER_INTERNAL_LATENCY_SECONDS,
+    LOADGEN_BROKER_PRODUCE_REQUESTS_TOTAL,
+    LOADGEN_BROKER_REQUEST_BYTES_TOTAL,
+    LOADGEN_BROKER_REQUESTS_TOTAL,
+    LOADGEN_BROKER_RTT_SECONDS,
+    LOADGEN_BYTES_TOTAL,
+    LOADGEN_CPU_SECONDS_TOTAL,
+    LOADGEN_INFO,
+    LOADGEN_LATENCY_SECONDS,
+    LOADGEN_LINGER_SECONDS,
+    LOADGEN_QUEUE_FILL_RATIO,
+    LOADGEN_RECORD_SIZE_BYTES,
+    LOADGEN_RECORDS_ACKED_TOTAL,
+    LOADGEN_RECORDS_FAILED_TOTAL,
+    LOADGEN_RECORDS_SENT_TOTAL,
+    LOADGEN_THREADS,
+)
 
 VERSION = 1
 SOURCE = "loadgen"
 FRESH_SECONDS = 10.0
 MAX_STATS_BYTES = 1 << 20  # a stats file is ~2 KB
-
-HELP = {
-    "kdiag_loadgen_info": "A running `kdiag bench produce` process: its topic, acks and compression, value 1.",
-    "kdiag_loadgen_records_sent_total": "Records the load generator handed to its producer.",
-    "kdiag_loadgen_records_acked_total": "Records the brokers acknowledged.",
-    "kdiag_loadgen_records_failed_total": "Records whose delivery failed.",
-    "kdiag_loadgen_bytes_total": "Record bytes the brokers acknowledged.",
-    "kdiag_loadgen_cpu_seconds_total": "User and system CPU seconds of the load generator process.",
-    "kdiag_loadgen_queue_fill_ratio": "Fill of the producer's local queue: the larger of records/max and bytes/max (0-1).",
-    "kdiag_loadgen_latency_seconds": "Send-to-acknowledgement latency over the last stats interval (mean, 0.99, max).",
-    "kdiag_loadgen_broker_rtt_seconds": "Produce request round trip to the broker over the last stats interval (mean, 0.99).",
-    "kdiag_loadgen_broker_internal_latency_seconds": "Time records waited in the producer before being sent (mean, 0.99).",
-    "kdiag_loadgen_broker_requests_total": "Requests the producer sent to the broker.",
-    "kdiag_loadgen_broker_produce_requests_total": "Produce requests the producer sent to the broker.",
-    "kdiag_loadgen_broker_request_bytes_total": "Bytes of requests the producer sent to the broker.",
-    "kdiag_loadgen_batch_size_bytes": "Average bytes per produced batch over the last stats interval.",
-    "kdiag_loadgen_batch_records": "Average records per produced batch over the last stats interval.",
-    "kdiag_loadgen_linger_seconds": "The producer's linger.ms, in seconds.",
-    "kdiag_loadgen_batch_size_limit_bytes": "The producer's batch.size.",
-    "kdiag_loadgen_record_size_bytes": "Size of the records produced (absent with a payload file).",
-    "kdiag_loadgen_threads": "Producer processes of this bench run.",
-}
 
 
 def fetch_loadgen_state(directory: str | Path, now: float) -> dict[str, Any]:
@@ -72,36 +71,38 @@ def samples_from_loadgen_state(state: dict[str, Any]) -> list[Sample]:
         pid = p["pid"]
         settings = p.get("settings", {})
         records = p.get("records", {})
-        out.append(sample("kdiag_loadgen_info", 1, GAUGE, pid=pid, topic=p.get("topic", ""),
-                          acks=settings.get("acks", ""), compression=settings.get("compression.type", "")))
-        for kind in ("sent", "acked", "failed"):
-            out.append(sample(f"kdiag_loadgen_records_{kind}_total", records.get(kind, 0), COUNTER, pid=pid))
-        out.append(sample("kdiag_loadgen_bytes_total", p.get("bytes", 0), COUNTER, pid=pid))
-        out.append(sample("kdiag_loadgen_threads", p.get("processes", 1), GAUGE, pid=pid))
-        for name, key in (("linger_seconds", "linger.ms"), ("batch_size_limit_bytes", "batch.size"),
-                          ("record_size_bytes", "record.size")):
+        out.append(LOADGEN_INFO.sample(1, pid=pid, topic=p.get("topic", ""), acks=settings.get("acks", ""),
+                                       compression=settings.get("compression.type", "")))
+        for kind, family in (("sent", LOADGEN_RECORDS_SENT_TOTAL), ("acked", LOADGEN_RECORDS_ACKED_TOTAL),
+                             ("failed", LOADGEN_RECORDS_FAILED_TOTAL)):
+            out.append(family.sample(records.get(kind, 0), pid=pid))
+        out.append(LOADGEN_BYTES_TOTAL.sample(p.get("bytes", 0), pid=pid))
+        out.append(LOADGEN_THREADS.sample(p.get("processes", 1), pid=pid))
+        for family, key in ((LOADGEN_LINGER_SECONDS, "linger.ms"), (LOADGEN_BATCH_SIZE_LIMIT_BYTES, "batch.size"),
+                            (LOADGEN_RECORD_SIZE_BYTES, "record.size")):
             if _known(settings.get(key)):
                 value = settings[key] / 1000 if key == "linger.ms" else settings[key]
-                out.append(sample(f"kdiag_loadgen_{name}", value, GAUGE, pid=pid))
+                out.append(family.sample(value, pid=pid))
         for q, key in (("mean", "mean"), ("0.99", "p99"), ("max", "max")):
             if _known(p.get("latency_seconds", {}).get(key)):
-                out.append(sample("kdiag_loadgen_latency_seconds", p["latency_seconds"][key], GAUGE, pid=pid, quantile=q))
+                out.append(LOADGEN_LATENCY_SECONDS.sample(p["latency_seconds"][key], pid=pid, quantile=q))
         rd = p.get("librdkafka") or {}
         fills = [rd[c] / rd[m] for c, m in (("msg_cnt", "msg_max"), ("msg_size", "msg_size_max")) if rd.get(m)]
         if fills:
-            out.append(sample("kdiag_loadgen_queue_fill_ratio", max(fills), GAUGE, pid=pid))
-        for name, key in (("batch_size_bytes", "batch_bytes_avg"), ("batch_records", "batch_records_avg")):
+            out.append(LOADGEN_QUEUE_FILL_RATIO.sample(max(fills), pid=pid))
+        for family, key in ((LOADGEN_BATCH_SIZE_BYTES, "batch_bytes_avg"), (LOADGEN_BATCH_RECORDS, "batch_records_avg")):
             if _known(rd.get(key)):
-                out.append(sample(f"kdiag_loadgen_{name}", rd[key], GAUGE, pid=pid))
+                out.append(family.sample(rd[key], pid=pid))
         for broker, b in (rd.get("brokers") or {}).items():
-            for name, prefix in (("broker_rtt_seconds", "rtt"), ("broker_internal_latency_seconds", "int_latency")):
+            for family, prefix in ((LOADGEN_BROKER_RTT_SECONDS, "rtt"),
+                                   (LOADGEN_BROKER_INTERNAL_LATENCY_SECONDS, "int_latency")):
                 for q, key in (("mean", "avg"), ("0.99", "p99")):
                     if _known(b.get(f"{prefix}_{key}_seconds")):
-                        out.append(sample(f"kdiag_loadgen_{name}", b[f"{prefix}_{key}_seconds"], GAUGE,
-                                          pid=pid, broker_id=broker, quantile=q))
-            for name, key in (("requests", "requests"), ("produce_requests", "produce_requests"),
-                              ("request_bytes", "request_bytes")):
-                out.append(sample(f"kdiag_loadgen_broker_{name}_total", b.get(key, 0), COUNTER, pid=pid, broker_id=broker))
+                        out.append(family.sample(b[f"{prefix}_{key}_seconds"], pid=pid, broker_id=broker, quantile=q))
+            for family, key in ((LOADGEN_BROKER_REQUESTS_TOTAL, "requests"),
+                                (LOADGEN_BROKER_PRODUCE_REQUESTS_TOTAL, "produce_requests"),
+                                (LOADGEN_BROKER_REQUEST_BYTES_TOTAL, "request_bytes")):
+                out.append(family.sample(b.get(key, 0), pid=pid, broker_id=broker))
     return out
 
 
@@ -110,7 +111,14 @@ class LoadgenCollector(Collector):
     """Live stats of the `kdiag bench` processes on this host, and their CPU seconds."""
 
     name = "loadgen"
-    help = HELP
+    families = (
+        LOADGEN_INFO, LOADGEN_RECORDS_SENT_TOTAL, LOADGEN_RECORDS_ACKED_TOTAL, LOADGEN_RECORDS_FAILED_TOTAL,
+        LOADGEN_BYTES_TOTAL, LOADGEN_CPU_SECONDS_TOTAL, LOADGEN_QUEUE_FILL_RATIO, LOADGEN_LATENCY_SECONDS,
+        LOADGEN_BROKER_RTT_SECONDS, LOADGEN_BROKER_INTERNAL_LATENCY_SECONDS, LOADGEN_BROKER_REQUESTS_TOTAL,
+        LOADGEN_BROKER_PRODUCE_REQUESTS_TOTAL, LOADGEN_BROKER_REQUEST_BYTES_TOTAL, LOADGEN_BATCH_SIZE_BYTES,
+        LOADGEN_BATCH_RECORDS, LOADGEN_LINGER_SECONDS, LOADGEN_BATCH_SIZE_LIMIT_BYTES, LOADGEN_RECORD_SIZE_BYTES,
+        LOADGEN_THREADS,
+    )
 
     def __init__(self, stats_dir: str | Path):
         self.stats_dir = stats_dir
@@ -130,6 +138,5 @@ class LoadgenCollector(Collector):
             # The process may have ended since its last stats file: then it has no CPU time to show.
             with contextlib.suppress(OSError):
                 stat = parse_stat(*read_source(root, "proc", f"{p['pid']}/stat"))
-                out.append(sample("kdiag_loadgen_cpu_seconds_total", stat.cpu_ticks / TICKS_PER_SECOND, COUNTER,
-                                  pid=p["pid"]))
+                out.append(LOADGEN_CPU_SECONDS_TOTAL.sample(stat.cpu_ticks / TICKS_PER_SECOND, pid=p["pid"]))
         return out

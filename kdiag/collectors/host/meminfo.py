@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 
-from kdiag.core.procfs import lines, malformed, read_source
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import lines, malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.family import Family
+from kdiag.families.host import MEMORY_BYTES, MEMORY_COUNT
 
 SOURCE = "/proc/meminfo"
 
@@ -33,16 +35,18 @@ def parse_meminfo(text: str, source: str = SOURCE) -> dict[str, int]:
 
 @registered()
 class MeminfoCollector(Collector):
-    """Every /proc/meminfo field; HELP is filled in as fields are seen, since kernels differ."""
+    """Every /proc/meminfo field: kernels differ, so the fields beyond the declared ones are families of a pattern."""
 
     name = "meminfo"
-
-    def __init__(self) -> None:
-        self.help: dict[str, str] = {}
+    families = (MEMORY_BYTES, MEMORY_COUNT)
 
     def collect(self, root: Root) -> list[Sample]:
         """One gauge per /proc/meminfo line."""
         values = parse_meminfo(*read_source(root, "proc", "meminfo"))
-        for metric in values:
-            self.help.setdefault(metric, f"Memory information field {metric.removeprefix('kdiag_memory_')}.")
-        return [sample(metric, value, GAUGE) for metric, value in values.items()]
+        return [memory_family(metric).sample(value) for metric, value in values.items()]
+
+
+def memory_family(metric: str) -> Family:
+    """The family of a metric name parse_meminfo gave."""
+    key = metric.removeprefix("kdiag_memory_")
+    return MEMORY_BYTES.family(key.removesuffix("_bytes")) if key.endswith("_bytes") else MEMORY_COUNT.family(key)

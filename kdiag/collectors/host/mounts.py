@@ -5,21 +5,17 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kdiag.core.procfs import lines, malformed, read_source
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import lines, malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.storage import FILESYSTEM_INFO, FILESYSTEM_NOATIME
 
 SOURCE = "/proc/mounts"
 
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
-
-HELP = {
-    "kdiag_filesystem_info": "A mounted block device filesystem, value 1.",
-    "kdiag_filesystem_noatime": "Whether the filesystem is mounted noatime (1) or updates atime (0).",
-}
 
 
 class Mount(NamedTuple):
@@ -64,7 +60,7 @@ class MountsCollector(Collector):
     """Block-device-backed filesystems; pseudo filesystems are left out to cap cardinality."""
 
     name = "mounts"
-    help = HELP
+    families = (FILESYSTEM_INFO, FILESYSTEM_NOATIME)
 
     def collect(self, root: Root) -> list[Sample]:
         """Info and noatime samples per /dev/ mount; a repeated mount gives one series."""
@@ -76,7 +72,7 @@ class MountsCollector(Collector):
         for (device, mountpoint, fstype), noatime in series.items():
             labels = {"device": device, "mountpoint": mountpoint, "fstype": fstype}
             samples += [
-                sample("kdiag_filesystem_info", 1, GAUGE, **labels),
-                sample("kdiag_filesystem_noatime", int(noatime), GAUGE, **labels),
+                FILESYSTEM_INFO.sample(1, **labels),
+                FILESYSTEM_NOATIME.sample(int(noatime), **labels),
             ]
         return samples

@@ -9,13 +9,15 @@ from __future__ import annotations
 import errno
 from collections import Counter
 
-from kdiag.core.procfs import malformed
-from kdiag.collectors.host._util import SKIPPED_HELP, interfaces, ints, reason, skipped_samples
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import interfaces, ints, reason, skipped_samples
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
+from kdiag.core.procfs import malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.network import NETWORK_MTU_BYTES, NETWORK_QUEUES, NETWORK_SPEED_BYTES, NETWORK_UP
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
 
 # ethtool's SPEED_UNKNOWN, printed as -1 or, by older kernels, as the unsigned 4294967295.
 _UNKNOWN_SPEEDS = (-1, 0xFFFFFFFF)
@@ -38,21 +40,13 @@ def speed_bytes(text: str, source: str) -> int | None:
     return None if mbits in _UNKNOWN_SPEEDS else mbits * 125_000
 
 
-HELP = {
-    "kdiag_network_speed_bytes": "Link speed in bytes per second.",
-    "kdiag_network_up": "Whether operstate is up.",
-    "kdiag_network_mtu_bytes": "MTU in bytes.",
-    "kdiag_network_queues": "Queues of the interface per direction (rx, tx).",
-    **SKIPPED_HELP,
-}
-
 
 @registered()
 class NetclassCollector(Collector):
     """Link speed, up state, MTU and rx/tx queue counts per interface but lo."""
 
     name = "netclass"
-    help = HELP
+    families = (NETWORK_SPEED_BYTES, NETWORK_UP, NETWORK_MTU_BYTES, NETWORK_QUEUES, COLLECTOR_SKIPPED_ENTRIES)
 
     def __init__(self, speeds_mbps: dict[str, int] | None = None):
         # nics.<name>.speed_mbps: what a NIC that reports no speed (virtio says -1) runs at.
@@ -89,13 +83,13 @@ class NetclassCollector(Collector):
         if device in self.speeds_mbps:
             speed = self.speeds_mbps[device] * 125_000
         if speed is not None:
-            samples.append(sample("kdiag_network_speed_bytes", speed, device=device))
+            samples.append(NETWORK_SPEED_BYTES.sample(speed, device=device))
         up = root.read_sys(f"{base}/operstate").strip() == "up"
-        samples.append(sample("kdiag_network_up", up, GAUGE, device=device))
+        samples.append(NETWORK_UP.sample(up, device=device))
         mtu = parse_value(root.read_sys(f"{base}/mtu"), f"/sys/{base}/mtu")
-        samples.append(sample("kdiag_network_mtu_bytes", mtu, device=device))
+        samples.append(NETWORK_MTU_BYTES.sample(mtu, device=device))
         queues = root.listdir("sys", f"{base}/queues")
         for direction in ("rx", "tx"):
             count = sum(q.startswith(f"{direction}-") for q in queues)
-            samples.append(sample("kdiag_network_queues", count, device=device, direction=direction))
+            samples.append(NETWORK_QUEUES.sample(count, device=device, direction=direction))
         return samples

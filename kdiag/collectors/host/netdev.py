@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import lines, malformed
-from kdiag.collectors.host._util import ints
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import ints
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import lines, malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.network import NETWORK
 
 SOURCE = "/proc/net/dev"
-# Exported fields: the column names of the header, prefixed with their direction.
-FIELDS = {
-    "receive_bytes": "Bytes received.",
-    "receive_packets": "Packets received.",
-    "receive_errs": "Receive errors.",
-    "receive_drop": "Received packets dropped.",
-    "transmit_bytes": "Bytes transmitted.",
-    "transmit_packets": "Packets transmitted.",
-    "transmit_errs": "Transmit errors.",
-    "transmit_drop": "Packets dropped on transmit.",
-}
 
 
 def parse_netdev(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
@@ -42,21 +32,18 @@ def parse_netdev(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
     return stats
 
 
-HELP = {f"kdiag_network_{field}_total": text for field, text in FIELDS.items()}
-
-
 @registered()
 class NetdevCollector(Collector):
     """Bytes, packets, errors and drops per interface and direction, lo included."""
 
     name = "netdev"
-    help = HELP
+    families = tuple(NETWORK.values())
 
     def collect(self, root: Root) -> list[Sample]:
-        """The FIELDS counters of every interface in /proc/net/dev."""
+        """The NETWORK counters of every interface in /proc/net/dev."""
         return [
-            sample(f"kdiag_network_{field}_total", counters[field], COUNTER, device=device)
+            family.sample(counters[field], device=device)
             for device, counters in parse_netdev(root.read_proc("net/dev")).items()
-            for field in FIELDS
+            for field, family in NETWORK.items()
             if field in counters
         ]

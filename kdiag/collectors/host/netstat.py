@@ -2,39 +2,17 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import lines, malformed
-from kdiag.collectors.host._util import ints
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import ints
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import lines, malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.network import NETSTAT
 
 SOURCES = ("net/snmp", "net/netstat")
-# (protocol, field, kind, HELP); counters are exported with a _total suffix.
-FIELDS = (
-    ("Tcp", "InSegs", COUNTER, "TCP segments received."),
-    ("Tcp", "OutSegs", COUNTER, "TCP segments sent, retransmissions excluded."),
-    ("Tcp", "RetransSegs", COUNTER, "TCP segments retransmitted."),
-    ("Tcp", "ActiveOpens", COUNTER, "TCP connections opened by connect()."),
-    ("Tcp", "PassiveOpens", COUNTER, "TCP connections accepted."),
-    ("Tcp", "InErrs", COUNTER, "TCP segments received in error."),
-    ("Tcp", "CurrEstab", GAUGE, "TCP connections established or closing on the peer's side now."),
-    ("TcpExt", "ListenOverflows", COUNTER, "Connections dropped because a listen queue was full."),
-    ("TcpExt", "ListenDrops", COUNTER, "SYNs and connections dropped at listening sockets."),
-    ("TcpExt", "TCPTimeouts", COUNTER, "TCP retransmission timeouts."),
-    ("TcpExt", "TCPSynRetrans", COUNTER, "TCP SYN and SYN-ACK retransmissions."),
-    ("TcpExt", "TCPLostRetransmit", COUNTER, "TCP retransmissions lost again."),
-    ("Udp", "InDatagrams", COUNTER, "UDP datagrams delivered."),
-    ("Udp", "OutDatagrams", COUNTER, "UDP datagrams sent."),
-    ("Udp", "InErrors", COUNTER, "UDP datagrams received in error."),
-    ("Udp", "RcvbufErrors", COUNTER, "UDP datagrams dropped for a full receive buffer."),
-    ("Udp", "SndbufErrors", COUNTER, "UDP datagrams dropped for a full send buffer."),
-)
-
-
-def metric_name(proto: str, field: str, kind: str) -> str:
-    """node_exporter's name of a netstat field, with _total for counters."""
-    return f"kdiag_netstat_{proto}_{field}" + ("_total" if kind == COUNTER else "")
+# (protocol, field) -> family.
+FIELDS = {(f.name.split("_")[2], f.name.split("_")[3]): f for f in NETSTAT}
 
 
 def parse_netstat(text: str, source: str = "/proc/net/netstat") -> dict[str, dict[str, int]]:
@@ -53,15 +31,12 @@ def parse_netstat(text: str, source: str = "/proc/net/netstat") -> dict[str, dic
     return stats
 
 
-HELP = {metric_name(proto, field, kind): text for proto, field, kind, text in FIELDS}
-
-
 @registered()
 class NetstatCollector(Collector):
     """TCP segments, retransmissions, listen drops and UDP buffer errors; fields a kernel lacks are left out."""
 
     name = "netstat"
-    help = HELP
+    families = NETSTAT
 
     def collect(self, root: Root) -> list[Sample]:
         """The FIELDS found in /proc/net/snmp and /proc/net/netstat."""
@@ -69,7 +44,7 @@ class NetstatCollector(Collector):
         for rel in SOURCES:
             stats.update(parse_netstat(root.read_proc(rel), f"/proc/{rel}"))
         return [
-            sample(metric_name(proto, field, kind), stats[proto][field], kind)
-            for proto, field, kind, _ in FIELDS
+            family.sample(stats[proto][field])
+            for (proto, field), family in FIELDS.items()
             if field in stats.get(proto, {})
         ]

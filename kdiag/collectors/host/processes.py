@@ -8,38 +8,36 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from kdiag.core.procfs import TICKS_PER_SECOND, malformed, parse_stat, read_source
-from kdiag.core.blockdev import disks_behind
-from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
-from kdiag.collectors.host.mounts import device_for_path, parse_mounts
-from kdiag.core.redact import MASKED, OFF, cmdline_label
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
-from kdiag.core.trust import trusted_uids
 from kdiag.collectors import Collector
+from kdiag.collectors.host.mounts import device_for_path, parse_mounts
+from kdiag.collectors.host.proctable import Process, ProcessTable, Reading, process_table
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
-from kdiag.collectors.host.proctable import Process, ProcessTable, Reading, process_table
-
+from kdiag.core.blockdev import disks_behind
+from kdiag.core.procfs import TICKS_PER_SECOND, malformed, parse_stat, read_source
+from kdiag.core.redact import MASKED, OFF, cmdline_label
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.core.trust import trusted_uids
+from kdiag.families.process import (
+    KAFKA_LOG_DIR_INFO,
+    PROCESS_CPU_SECONDS_TOTAL,
+    PROCESS_GC_CPU_SECONDS_TOTAL,
+    PROCESS_INFO,
+    PROCESS_IS_BROKER,
+    PROCESS_IS_LOAD_GENERATOR,
+    PROCESS_JVM_MAX_HEAP_BYTES,
+    PROCESS_MAX_FDS,
+    PROCESS_OPEN_FDS,
+    PROCESS_RCHAR_BYTES_TOTAL,
+    PROCESS_READ_BYTES_TOTAL,
+    PROCESS_TOUCHES_LOG_DIR,
+    PROCESS_WRITTEN_BYTES_TOTAL,
+)
+from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
 _PARTITION_DIR = re.compile(r".+-\d+")
-
-HELP = {
-    "kdiag_kafka_log_dir_info": "A Kafka log dir and the block device and mountpoint holding it, value 1.",
-    "kdiag_process_read_bytes_total": "Bytes the process caused to be read from storage.",
-    "kdiag_process_rchar_bytes_total": "Bytes the process read through read syscalls, page cache hits included.",
-    "kdiag_process_written_bytes_total": "Bytes the process caused to be written to storage.",
-    "kdiag_process_cpu_seconds_total": "User and system CPU seconds of the process.",
-    "kdiag_process_open_fds": "Open file descriptors of the process.",
-    "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
-    "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
-    "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
-    "kdiag_process_jvm_max_heap_bytes": "The JVM's heap ceiling (-Xmx) from its command line.",
-    "kdiag_process_is_load_generator": "Whether the process runs a Kafka perf-test tool (1) or not (0).",
-    "kdiag_process_gc_cpu_seconds_total": "CPU seconds of a load generator JVM's garbage collector threads.",
-    "kdiag_process_info": "Command line (secrets masked; see processes.cmdline) and cwd of the process, value 1.",
-}
 
 
 class Details(NamedTuple):
@@ -119,7 +117,11 @@ class ProcessesCollector(Collector):
     """
 
     name = "processes"
-    help = HELP
+    families = (
+        KAFKA_LOG_DIR_INFO, PROCESS_READ_BYTES_TOTAL, PROCESS_RCHAR_BYTES_TOTAL, PROCESS_WRITTEN_BYTES_TOTAL,
+        PROCESS_CPU_SECONDS_TOTAL, PROCESS_OPEN_FDS, PROCESS_MAX_FDS, PROCESS_IS_BROKER, PROCESS_TOUCHES_LOG_DIR,
+        PROCESS_JVM_MAX_HEAP_BYTES, PROCESS_IS_LOAD_GENERATOR, PROCESS_GC_CPU_SECONDS_TOTAL, PROCESS_INFO,
+    )
 
     def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
                  cmdline: str = MASKED, broker_user: str = "kafka", table: ProcessTable | None = None):
@@ -164,8 +166,7 @@ class ProcessesCollector(Collector):
         for p, d in inspected:
             samples += process_samples(p, d, log_dirs, self.cmdline)
             if is_load_generator(p.argv) and (ticks := gc_thread_ticks(root, p.pid)) is not None:
-                samples.append(sample("kdiag_process_gc_cpu_seconds_total", ticks / TICKS_PER_SECOND, COUNTER,
-                                      pid=p.pid, comm=p.stat.comm))
+                samples.append(PROCESS_GC_CPU_SECONDS_TOTAL.sample(ticks / TICKS_PER_SECOND, pid=p.pid, comm=p.stat.comm))
         return samples
 
 
@@ -215,7 +216,7 @@ def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
     for path in log_dirs:
         device, mountpoint = device_for_path(mounts, path)
         for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
-            samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=disk, mountpoint=mountpoint))
+            samples.append(KAFKA_LOG_DIR_INFO.sample(1, path=path, device=disk, mountpoint=mountpoint))
     return samples
 
 
@@ -228,15 +229,15 @@ def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = 
         [d.cwd, *d.fd_targets], log_dirs, ancestors=False)
     info = {} if cmdline == OFF else {"cmdline": cmdline_label(p.argv, cmdline)}
     return [
-        sample("kdiag_process_read_bytes_total", p.io.read_bytes, COUNTER, **labels),
-        sample("kdiag_process_rchar_bytes_total", p.io.rchar, COUNTER, **labels),
-        sample("kdiag_process_written_bytes_total", p.io.write_bytes, COUNTER, **labels),
-        sample("kdiag_process_cpu_seconds_total", p.stat.cpu_ticks / TICKS_PER_SECOND, COUNTER, **labels),
-        sample("kdiag_process_open_fds", d.open_fds, GAUGE, **labels),
-        sample("kdiag_process_max_fds", d.max_fds, GAUGE, **labels),
-        sample("kdiag_process_is_broker", int(p.broker), GAUGE, **labels),
-        sample("kdiag_process_touches_log_dir", int(touched), GAUGE, **labels),
-        sample("kdiag_process_is_load_generator", int(is_load_generator(p.argv)), GAUGE, **labels),
-        sample("kdiag_process_info", 1, GAUGE, **labels, **info, cwd=d.cwd),
-        *([sample("kdiag_process_jvm_max_heap_bytes", heap, GAUGE, **labels)] if (heap := jvm_max_heap_bytes(p.argv)) else []),
+        PROCESS_READ_BYTES_TOTAL.sample(p.io.read_bytes, **labels),
+        PROCESS_RCHAR_BYTES_TOTAL.sample(p.io.rchar, **labels),
+        PROCESS_WRITTEN_BYTES_TOTAL.sample(p.io.write_bytes, **labels),
+        PROCESS_CPU_SECONDS_TOTAL.sample(p.stat.cpu_ticks / TICKS_PER_SECOND, **labels),
+        PROCESS_OPEN_FDS.sample(d.open_fds, **labels),
+        PROCESS_MAX_FDS.sample(d.max_fds, **labels),
+        PROCESS_IS_BROKER.sample(int(p.broker), **labels),
+        PROCESS_TOUCHES_LOG_DIR.sample(int(touched), **labels),
+        PROCESS_IS_LOAD_GENERATOR.sample(int(is_load_generator(p.argv)), **labels),
+        PROCESS_INFO.sample(1, **labels, **info, cwd=d.cwd),
+        *([PROCESS_JVM_MAX_HEAP_BYTES.sample(heap, **labels)] if (heap := jvm_max_heap_bytes(p.argv)) else []),
     ]

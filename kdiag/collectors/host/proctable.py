@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from kdiag.collectors.host.stat import parse_stat as parse_host_stat
 from kdiag.collectors.host.vmstat import parse_vmstat
+from kdiag.collectors.registry import Shared
 from kdiag.core.procfs import (
     BROKER_MAIN_CLASS,
     TICKS_PER_SECOND,
@@ -31,7 +32,6 @@ from kdiag.core.procfs import (
 )
 from kdiag.core.root import Root
 from kdiag.core.trust import trusted_uids
-from kdiag.collectors.registry import Shared
 
 log = logging.getLogger(__name__)
 

@@ -5,22 +5,17 @@ from __future__ import annotations
 from collections import Counter
 
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import reason, skipped_samples
+from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
-from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
-from kdiag.collectors.host.brokerpids import BrokerPids, broker_pids
 from kdiag.core.procfs import malformed, parse_stat, read_source
 from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.host import PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
 
 MAX_THREADS = 4096
-HELP = {
-    "kdiag_process_runqueue_wait_seconds_total": "Seconds the process's threads were runnable but waited for a CPU.",
-    "kdiag_process_threads": "Threads of the process by scheduler state (R running or runnable, D uninterruptible, "
-                             "other).",
-    **SKIPPED_HELP,
-}
-
 
 def parse_schedstat(text: str, source: str = "/proc/<pid>/schedstat") -> tuple[int, int]:
     """(nanoseconds on a CPU, nanoseconds runnable waiting for one) of a `RUN WAIT TIMESLICES` schedstat line."""
@@ -35,7 +30,7 @@ class SchedstatCollector(Collector):
     """Run-queue wait and thread states of each broker process, summed over its threads."""
 
     name = "schedstat"
-    help = HELP
+    families = (PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS, COLLECTOR_SKIPPED_ENTRIES)
 
     def __init__(self, brokers: BrokerPids | None = None):
         self.brokers = brokers or BrokerPids()
@@ -77,7 +72,7 @@ class SchedstatCollector(Collector):
                 states[state if state in ("R", "D") else "other"] += 1
             waits[key] = (total, seen)
             labels = {"pid": broker.pid, "comm": broker.comm}
-            samples.append(sample("kdiag_process_runqueue_wait_seconds_total", total / 1e9, COUNTER, **labels))
-            samples += [sample("kdiag_process_threads", n, GAUGE, **labels, state=s) for s, n in sorted(states.items())]
+            samples.append(PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL.sample(total / 1e9, **labels))
+            samples += [PROCESS_THREADS.sample(n, **labels, state=s) for s, n in sorted(states.items())]
         self._waits = waits
         return samples + skipped_samples(self.name, skipped)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import malformed
-from kdiag.collectors.host._util import cpu_table
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import cpu_table
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.host import SOFTIRQS_TOTAL
 
 SOURCE = "/proc/softirqs"
 
@@ -23,20 +24,18 @@ def parse_softirqs(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]
     return softirqs
 
 
-HELP = {"kdiag_softirqs_total": "Softirqs run per CPU and type since boot."}
-
 
 @registered()
 class SoftirqsCollector(Collector):
     """Softirqs run per CPU and type."""
 
     name = "softirqs"
-    help = HELP
+    families = (SOFTIRQS_TOTAL,)
 
     def collect(self, root: Root) -> list[Sample]:
         """One counter per CPU and softirq type."""
         return [
-            sample("kdiag_softirqs_total", count, COUNTER, cpu=cpu, type=kind)
+            SOFTIRQS_TOTAL.sample(count, cpu=cpu, type=kind)
             for kind, counts in parse_softirqs(root.read_proc("softirqs")).items()
             for cpu, count in counts.items()
         ]

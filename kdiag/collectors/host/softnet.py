@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import lines, malformed
-from kdiag.collectors.host._util import ints
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER32, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import ints
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import lines, malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.host import SOFTNET
 
 SOURCE = "/proc/net/softnet_stat"
-# Column -> (metric suffix, HELP).
-COLUMNS = {
-    0: ("processed", "Packets processed by the CPU's backlog."),
-    1: ("dropped", "Packets dropped because the CPU's backlog was full."),
-    2: ("times_squeezed", "NET_RX runs stopped with work left (budget or time exhausted)."),
-}
+COLUMNS = {0: "processed", 1: "dropped", 2: "times_squeezed"}
 # Column 13 (index 12) is the CPU number since Linux 5.10; lines skip offline CPUs.
 _CPU_COLUMN = 12
 
@@ -28,11 +24,8 @@ def parse_softnet(text: str, source: str = SOURCE) -> dict[str, dict[str, int]]:
         if len(columns) < len(COLUMNS):
             raise malformed(source, n, line, f"expected at least {len(COLUMNS)} columns")
         cpu = columns[_CPU_COLUMN] if len(columns) > _CPU_COLUMN else i
-        stats[str(cpu)] = {name: columns[c] for c, (name, _) in COLUMNS.items()}
+        stats[str(cpu)] = {name: columns[c] for c, name in COLUMNS.items()}
     return stats
-
-
-HELP = {f"kdiag_softnet_{name}_total": text for name, text in COLUMNS.values()}
 
 
 @registered()
@@ -40,12 +33,12 @@ class SoftnetCollector(Collector):
     """Backlog packets processed, dropped and squeezed per CPU."""
 
     name = "softnet"
-    help = HELP
+    families = tuple(SOFTNET.values())
 
     def collect(self, root: Root) -> list[Sample]:
         """Three 32-bit counters per CPU line."""
         return [
-            sample(f"kdiag_softnet_{name}_total", value, COUNTER32, cpu=cpu)
+            SOFTNET[name].sample(value, cpu=cpu)
             for cpu, counters in parse_softnet(root.read_proc("net/softnet_stat")).items()
             for name, value in counters.items()
         ]

@@ -5,29 +5,20 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from kdiag.core.procfs import lines, malformed
-from kdiag.collectors.host._util import ints
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import ints
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import lines, malformed
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.host import CONTEXT_SWITCHES_TOTAL, CPU_SECONDS_TOTAL, FORKS_TOTAL, PROCS_BLOCKED, PROCS_RUNNING
 
 SOURCE = "/proc/stat"
 # Columns of a cpuN line in order; guest and guest_nice are already counted in user and nice.
 MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
-# /proc/stat key -> (metric, kind, HELP).
-_COUNTS = {
-    "ctxt": ("kdiag_context_switches_total", COUNTER, "Context switches since boot."),
-    "processes": ("kdiag_forks_total", COUNTER, "Processes and threads created since boot."),
-    "procs_running": ("kdiag_procs_running", GAUGE, "Threads runnable or running now."),
-    "procs_blocked": ("kdiag_procs_blocked", GAUGE, "Threads blocked waiting for I/O now."),
-}
-
-
-HELP = {
-    "kdiag_cpu_seconds_total": "Seconds each CPU spent in each mode.",
-    **{metric: text for metric, _, text in _COUNTS.values()},
-}
+# /proc/stat key -> family.
+_COUNTS = {"ctxt": CONTEXT_SWITCHES_TOTAL, "processes": FORKS_TOTAL, "procs_running": PROCS_RUNNING,
+           "procs_blocked": PROCS_BLOCKED}
 
 
 class Stat(NamedTuple):
@@ -59,17 +50,16 @@ class StatCollector(Collector):
     """CPU seconds per mode, context switches, forks and runnable/blocked threads."""
 
     name = "stat"
-    help = HELP
+    families = (CPU_SECONDS_TOTAL, *_COUNTS.values())
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of /proc/stat, ticks converted with the kernel's USER_HZ."""
         stat = parse_stat(root.read_proc("stat"), os.sysconf("SC_CLK_TCK"))
         samples = [
-            sample("kdiag_cpu_seconds_total", seconds, COUNTER, cpu=cpu, mode=mode)
+            CPU_SECONDS_TOTAL.sample(seconds, cpu=cpu, mode=mode)
             for cpu, modes in stat.cpu_seconds.items()
             for mode, seconds in modes.items()
         ]
         for key, value in stat.counts.items():
-            metric, kind, _ = _COUNTS[key]
-            samples.append(sample(metric, value, kind))
+            samples.append(_COUNTS[key].sample(value))
         return samples

@@ -5,19 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from kdiag.core.procfs import read_source
-from kdiag.collectors.host.mounts import parse_mounts
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host.mounts import parse_mounts
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.storage import FILESYSTEM_AVAIL_BYTES, FILESYSTEM_SIZE_BYTES
 
 SOURCE = "statvfs"  # not a file: recordings keep it with the other non-file states in kafka.json
-
-HELP = {
-    "kdiag_filesystem_size_bytes": "Filesystem size in bytes.",
-    "kdiag_filesystem_avail_bytes": "Filesystem space available to non-root users in bytes.",
-}
 
 
 def statvfs_bytes(mountpoints: list[str]) -> dict[str, list[int]]:
@@ -40,8 +36,8 @@ def samples_from_statvfs(state: Any, mounts: dict[str, tuple[str, str]]) -> list
             continue
         device, fstype = mounts[mountpoint]
         labels = {"device": device, "mountpoint": mountpoint, "fstype": fstype}
-        out += [sample("kdiag_filesystem_size_bytes", float(values[0]), GAUGE, **labels),
-                sample("kdiag_filesystem_avail_bytes", float(values[1]), GAUGE, **labels)]
+        out += [FILESYSTEM_SIZE_BYTES.sample(float(values[0]), **labels),
+                FILESYSTEM_AVAIL_BYTES.sample(float(values[1]), **labels)]
     return out
 
 
@@ -50,7 +46,7 @@ class StatvfsCollector(Collector):
     """Space of every /dev-backed filesystem; a recording without it gives none, never a failure."""
 
     name = "statvfs"
-    help = HELP
+    families = (FILESYSTEM_SIZE_BYTES, FILESYSTEM_AVAIL_BYTES)
 
     def collect(self, root: Root) -> list[Sample]:
         """kdiag_filesystem_size_bytes and kdiag_filesystem_avail_bytes per mount."""

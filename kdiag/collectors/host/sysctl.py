@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from kdiag.core.procfs import malformed, read_source
-from kdiag.collectors.host._util import ints
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample
 from kdiag.collectors import Collector
+from kdiag.collectors.host._util import ints
 from kdiag.collectors.registry import registered
+from kdiag.core.procfs import malformed, read_source
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.families.host import FILEFD_ALLOCATED, FILEFD_MAXIMUM, SYSCTL
 
 # Path under /proc/sys -> label names of its values (None: a single value).
 SYSCTLS: dict[str, tuple[str, ...] | None] = {
@@ -23,33 +24,21 @@ SYSCTLS: dict[str, tuple[str, ...] | None] = {
 FILE_NR = "fs/file-nr"
 
 
-def _gauge(metric: str, value: float, **labels: str) -> Sample:
-    # sample() takes the metric as `name`, which clashes with the sysctl's `name` label.
-    return Sample(metric, tuple(sorted(labels.items())), float(value), GAUGE)
-
-
 def sysctl_samples(path: str, text: str, source: str) -> list[Sample]:
     """Samples of one /proc/sys file's text, path relative to /proc/sys."""
     values = ints(text.split(), source, 1, text)
     if path == FILE_NR:
         if len(values) != 3:
             raise malformed(source, 1, text, "expected allocated, free and maximum")
-        return [_gauge("kdiag_filefd_allocated", values[0]), _gauge("kdiag_filefd_maximum", values[2])]
+        return [FILEFD_ALLOCATED.sample(values[0]), FILEFD_MAXIMUM.sample(values[2])]
     fields = SYSCTLS[path] or ("",)
     if len(values) != len(fields):
         raise malformed(source, 1, text, f"expected {len(fields)} values")
     name = path.replace("/", ".")
     return [
-        _gauge("kdiag_sysctl", value, name=name, **({"field": field} if field else {}))
+        SYSCTL.sample(value, name=name, **({"field": field} if field else {}))
         for field, value in zip(fields, values, strict=False)
     ]
-
-
-HELP = {
-    "kdiag_sysctl": "Value of a sysctl; field names the value of multi-value ones.",
-    "kdiag_filefd_allocated": "File descriptors allocated (fs.file-nr).",
-    "kdiag_filefd_maximum": "Maximum file descriptors (fs.file-nr).",
-}
 
 
 @registered()
@@ -57,7 +46,7 @@ class SysctlCollector(Collector):
     """Selected sysctls; one the kernel lacks is left out, and only none at all is a failure."""
 
     name = "sysctl"
-    help = HELP
+    families = (SYSCTL, FILEFD_ALLOCATED, FILEFD_MAXIMUM)
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of every readable sysctl in SYSCTLS and fs/file-nr."""

@@ -5,21 +5,22 @@ from __future__ import annotations
 import dataclasses
 from typing import cast
 
-from kdiag.collectors.kafka.admin_samples import HELP, samples_from_admin_state
-from kdiag.collectors.kafka.lag import HELP as LAG_HELP, LagClock
-from kdiag.core.cardinality import SeriesFilter
-from kdiag.core.root import Root
-from kdiag.core.sample import GAUGE, Sample, sample
-from kdiag.core.worker_process import WorkerError, WorkerProcess
-from kdiag.kafka.admin import KafkaAdminError
-from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.state import ADMIN, AdminState, read_admin_state
 from kdiag.collectors import Collector
+from kdiag.collectors.kafka.admin_samples import FAMILIES as STATE_FAMILIES
+from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
+from kdiag.collectors.kafka.lag import FAMILIES as LAG_FAMILIES
+from kdiag.collectors.kafka.lag import LagClock
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.probe import PROBE_GROUP_PREFIX
 from kdiag.config.settings import Config
-
-ADMIN_HELP = {**HELP, **LAG_HELP}
+from kdiag.core.cardinality import SeriesFilter
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.core.worker_process import WorkerError, WorkerProcess
+from kdiag.families.kafka import KAFKA_BROKER_EXPECTED
+from kdiag.kafka.admin import KafkaAdminError
+from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.state import ADMIN, AdminState, read_admin_state
 
 
 def own_groups(config: Config) -> tuple[str, ...]:
@@ -32,7 +33,7 @@ class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
-    help = ADMIN_HELP
+    families = (*STATE_FAMILIES, *LAG_FAMILIES)
 
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
@@ -102,7 +103,7 @@ class KafkaAdminCollector(Collector):
         state = self._without_own_groups(root.kafka(ADMIN, self.fetch, read_admin_state))
         samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
         samples += self.lag_clock.samples(root.now(), state, self.group_series)
-        return samples + [sample("kdiag_kafka_broker_expected", 1, GAUGE, broker_id=b) for b in self.expected_brokers]
+        return samples + [KAFKA_BROKER_EXPECTED.sample(1, broker_id=b) for b in self.expected_brokers]
 
     def _own(self, group: str) -> bool:
         return any(group.startswith(g[:-1]) if g.endswith("*") else group == g for g in self.own_groups)

@@ -9,41 +9,49 @@ from __future__ import annotations
 from collections import Counter
 
 from kdiag.core.cardinality import SeriesFilter
-from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.family import Family
+from kdiag.families.kafka import (
+    KAFKA_BROKER_CONFIG,
+    KAFKA_BROKER_CONFIG_SOURCE_INFO,
+    KAFKA_BROKER_EXPECTED,
+    KAFKA_BROKER_INFO,
+    KAFKA_BROKER_LEADERS,
+    KAFKA_BROKER_LOG_DIRS_INFO,
+    KAFKA_BROKER_REPLICAS,
+    KAFKA_BROKERS,
+    KAFKA_CLUSTER_INFO,
+    KAFKA_CONSUMERGROUP_IDLE_MEMBERS,
+    KAFKA_CONSUMERGROUP_LAG,
+    KAFKA_CONSUMERGROUP_LAG_MAX,
+    KAFKA_CONSUMERGROUP_MEMBERS,
+    KAFKA_CONSUMERGROUP_STABLE,
+    KAFKA_CONTROLLER_ID,
+    KAFKA_PARTITION_LEADER,
+    KAFKA_PARTITION_LOG_END_OFFSET_TOTAL,
+    KAFKA_TOPIC_BROKER_LEADERS,
+    KAFKA_TOPIC_BROKER_PREFERRED_LEADERS,
+    KAFKA_TOPIC_CONFIG,
+    KAFKA_TOPIC_CONFIG_OVERRIDE,
+    KAFKA_TOPIC_LOG_END_OFFSET_TOTAL,
+    KAFKA_TOPIC_OFFLINE_PARTITIONS,
+    KAFKA_TOPIC_PARTITIONS,
+    KAFKA_TOPIC_REPLICATION_FACTOR,
+    KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS,
+    KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS,
+)
 from kdiag.kafka.state import AdminState, ConfigValues, Group, Partition, Topic
 
-HELP = {
-    "kdiag_kafka_cluster_info": "Kafka cluster id seen by the AdminClient (always 1).",
-    "kdiag_kafka_controller_id": "Node id of the active controller.",
-    "kdiag_kafka_brokers": "Number of brokers in the cluster.",
-    "kdiag_kafka_broker_info": "Broker address and rack (always 1).",
-    "kdiag_kafka_broker_expected": "A broker kafka.expected_brokers says should be live (always 1).",
-    "kdiag_kafka_broker_leaders": "Partitions of non-internal topics led by the broker.",
-    "kdiag_kafka_broker_replicas": "Replicas of non-internal topics hosted by the broker.",
-    "kdiag_kafka_broker_config": "Numeric broker config value (booleans as 0/1; Long.MAX_VALUE means not set).",
-    "kdiag_kafka_broker_log_dirs_info": "Broker log.dirs setting (always 1).",
-    "kdiag_kafka_topic_partitions": "Partitions of the topic.",
-    "kdiag_kafka_topic_replication_factor": "Replication factor of the topic (largest replica list).",
-    "kdiag_kafka_topic_under_replicated_partitions": "Partitions whose ISR is smaller than their replica list.",
-    "kdiag_kafka_topic_offline_partitions": "Partitions without a leader.",
-    "kdiag_kafka_topic_under_min_isr_partitions": "Partitions whose ISR is smaller than min.insync.replicas.",
-    "kdiag_kafka_topic_config": "Numeric topic config value (booleans as 0/1; Long.MAX_VALUE means not set).",
-    "kdiag_kafka_topic_config_override": "1 for each config the topic sets itself (kafka-configs --entity-type topics), "
-                                         "not inherited from the brokers.",
-    "kdiag_kafka_broker_config_source_info": "Where a broker config that is not at its default is set (describe_configs "
-                                             "source: DYNAMIC_DEFAULT_BROKER_CONFIG, DYNAMIC_BROKER_CONFIG, STATIC_BROKER_CONFIG).",
-    "kdiag_kafka_topic_broker_leaders": "Partitions of the topic led by the broker.",
-    "kdiag_kafka_topic_broker_preferred_leaders": "Partitions of the topic whose first replica is the broker.",
-    "kdiag_kafka_topic_log_end_offset_total": "Sum of the log end offsets of the topic's partitions.",
-    "kdiag_kafka_partition_log_end_offset_total": "Log end offset of the partition (kafka.partition_series topics, while few).",
-    "kdiag_kafka_partition_leader": "Leader broker id of the partition, -1 when offline (kafka.partition_series topics, while few).",
-    "kdiag_kafka_consumergroup_members": "Members of the consumer group.",
-    "kdiag_kafka_consumergroup_idle_members": "Members of the consumer group with no partition assigned.",
-    "kdiag_kafka_consumergroup_stable": "1 while the consumer group is Stable, 0 while it rebalances or is empty or dead.",
-    "kdiag_kafka_consumergroup_lag": "Sum over partitions of log end offset minus committed offset (per topic for kafka.group_series "
-                                      "groups, without a topic label for the others).",
-    "kdiag_kafka_consumergroup_lag_max": "Largest partition lag of the consumer group on the topic.",
-}
+FAMILIES = (
+    KAFKA_CLUSTER_INFO, KAFKA_CONTROLLER_ID, KAFKA_BROKERS, KAFKA_BROKER_INFO, KAFKA_BROKER_EXPECTED,
+    KAFKA_BROKER_LEADERS, KAFKA_BROKER_REPLICAS, KAFKA_BROKER_CONFIG, KAFKA_BROKER_LOG_DIRS_INFO,
+    KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS,
+    KAFKA_TOPIC_OFFLINE_PARTITIONS, KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS, KAFKA_TOPIC_CONFIG,
+    KAFKA_TOPIC_CONFIG_OVERRIDE, KAFKA_BROKER_CONFIG_SOURCE_INFO, KAFKA_TOPIC_BROKER_LEADERS,
+    KAFKA_TOPIC_BROKER_PREFERRED_LEADERS, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL,
+    KAFKA_PARTITION_LEADER, KAFKA_CONSUMERGROUP_MEMBERS, KAFKA_CONSUMERGROUP_IDLE_MEMBERS,
+    KAFKA_CONSUMERGROUP_STABLE, KAFKA_CONSUMERGROUP_LAG, KAFKA_CONSUMERGROUP_LAG_MAX,
+)
 
 
 def config_number(value: str | None) -> float | None:
@@ -61,13 +69,13 @@ def config_number(value: str | None) -> float | None:
 def _cluster_samples(state: AdminState) -> list[Sample]:
     """Cluster id, controller, broker count and broker addresses."""
     out = [
-        sample("kdiag_kafka_cluster_info", 1, GAUGE, cluster_id=state["cluster_id"]),
-        sample("kdiag_kafka_controller_id", state["controller_id"]),
-        sample("kdiag_kafka_brokers", len(state["brokers"])),
+        KAFKA_CLUSTER_INFO.sample(1, cluster_id=state["cluster_id"]),
+        KAFKA_CONTROLLER_ID.sample(state["controller_id"]),
+        KAFKA_BROKERS.sample(len(state["brokers"])),
     ]
     for b in state["brokers"]:
         out.append(
-            sample("kdiag_kafka_broker_info", 1, GAUGE, broker_id=b["id"], host=b["host"], port=b["port"], rack=b["rack"] or "")
+            KAFKA_BROKER_INFO.sample(1, broker_id=b["id"], host=b["host"], port=b["port"], rack=b["rack"] or "")
         )
     return out
 
@@ -79,22 +87,22 @@ def _broker_samples(state: AdminState, broker_ids: list[int]) -> list[Sample]:
     replicas = Counter(r for p in partitions for r in p["replicas"])
     out = []
     for b in broker_ids:
-        out.append(sample("kdiag_kafka_broker_leaders", leaders[b], GAUGE, broker_id=b))
-        out.append(sample("kdiag_kafka_broker_replicas", replicas[b], GAUGE, broker_id=b))
+        out.append(KAFKA_BROKER_LEADERS.sample(leaders[b], broker_id=b))
+        out.append(KAFKA_BROKER_REPLICAS.sample(replicas[b], broker_id=b))
     for broker, configs in state["broker_configs"].items():
-        out += _config_samples("kdiag_kafka_broker_config", configs, broker_id=broker)
+        out += _config_samples(KAFKA_BROKER_CONFIG, configs, broker_id=broker)
         if "log.dirs" in configs:
-            out.append(sample("kdiag_kafka_broker_log_dirs_info", 1, GAUGE, broker_id=broker, log_dirs=configs["log.dirs"]))
+            out.append(KAFKA_BROKER_LOG_DIRS_INFO.sample(1, broker_id=broker, log_dirs=configs["log.dirs"]))
     for broker, sources in state.get("broker_config_sources", {}).items():
-        out += [sample("kdiag_kafka_broker_config_source_info", 1, GAUGE, broker_id=broker, name=n, source=src)
+        out += [KAFKA_BROKER_CONFIG_SOURCE_INFO.sample(1, broker_id=broker, name=n, source=src)
                 for n, src in sources.items()]
     return out
 
 
-def _config_samples(name: str, configs: ConfigValues, **labels: object) -> list[Sample]:
+def _config_samples(family: Family, configs: ConfigValues, **labels: object) -> list[Sample]:
     """One sample per numeric config value."""
     numbers = {k: config_number(v) for k, v in configs.items()}
-    return [sample(name, v, GAUGE, **labels, name=k) for k, v in numbers.items() if v is not None]
+    return [family.sample(v, **labels, name=k) for k, v in numbers.items() if v is not None]
 
 
 def _offline(p: Partition) -> bool:
@@ -105,29 +113,27 @@ def _topic_samples(topic: str, t: Topic, broker_ids: list[int]) -> list[Sample]:
     """Partition health, configs, leader spread and log end offset total of one topic."""
     parts = t["partitions"]
     out = [
-        sample("kdiag_kafka_topic_partitions", len(parts), GAUGE, topic=topic),
-        sample("kdiag_kafka_topic_replication_factor", max((len(p["replicas"]) for p in parts), default=0), GAUGE, topic=topic),
-        sample(
-            "kdiag_kafka_topic_under_replicated_partitions", sum(len(p["isr"]) < len(p["replicas"]) for p in parts), GAUGE, topic=topic
-        ),
-        sample("kdiag_kafka_topic_offline_partitions", sum(_offline(p) for p in parts), GAUGE, topic=topic),
+        KAFKA_TOPIC_PARTITIONS.sample(len(parts), topic=topic),
+        KAFKA_TOPIC_REPLICATION_FACTOR.sample(max((len(p["replicas"]) for p in parts), default=0), topic=topic),
+        KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS.sample(sum(len(p["isr"]) < len(p["replicas"]) for p in parts), topic=topic),
+        KAFKA_TOPIC_OFFLINE_PARTITIONS.sample(sum(_offline(p) for p in parts), topic=topic),
     ]
     min_isr = config_number(t["configs"].get("min.insync.replicas"))
     if min_isr is not None:
         out.append(
-            sample("kdiag_kafka_topic_under_min_isr_partitions", sum(len(p["isr"]) < min_isr for p in parts), GAUGE, topic=topic)
+            KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS.sample(sum(len(p["isr"]) < min_isr for p in parts), topic=topic)
         )
-    out += _config_samples("kdiag_kafka_topic_config", t["configs"], topic=topic)
-    out += [sample("kdiag_kafka_topic_config_override", 1, GAUGE, topic=topic, name=n)
+    out += _config_samples(KAFKA_TOPIC_CONFIG, t["configs"], topic=topic)
+    out += [KAFKA_TOPIC_CONFIG_OVERRIDE.sample(1, topic=topic, name=n)
             for n, src in t.get("config_sources", {}).items() if src == "DYNAMIC_TOPIC_CONFIG"]
     leaders = Counter(p["leader"] for p in parts if not _offline(p))
     preferred = Counter(p["replicas"][0] for p in parts if p["replicas"])
     for b in sorted(set(broker_ids) | set(leaders) | set(preferred)):
-        out.append(sample("kdiag_kafka_topic_broker_leaders", leaders[b], GAUGE, topic=topic, broker_id=b))
-        out.append(sample("kdiag_kafka_topic_broker_preferred_leaders", preferred[b], GAUGE, topic=topic, broker_id=b))
+        out.append(KAFKA_TOPIC_BROKER_LEADERS.sample(leaders[b], topic=topic, broker_id=b))
+        out.append(KAFKA_TOPIC_BROKER_PREFERRED_LEADERS.sample(preferred[b], topic=topic, broker_id=b))
     ends = [p["log_end_offset"] for p in parts if p["log_end_offset"] is not None]
     if ends:
-        out.append(sample("kdiag_kafka_topic_log_end_offset_total", sum(ends), COUNTER, topic=topic))
+        out.append(KAFKA_TOPIC_LOG_END_OFFSET_TOTAL.sample(sum(ends), topic=topic))
     return out
 
 
@@ -137,25 +143,25 @@ def _partition_samples(topic: str, t: Topic) -> list[Sample]:
     for p in t["partitions"]:
         labels = {"topic": topic, "partition": p["partition"]}
         if p["log_end_offset"] is not None:
-            out.append(sample("kdiag_kafka_partition_log_end_offset_total", p["log_end_offset"], COUNTER, **labels))
-        out.append(sample("kdiag_kafka_partition_leader", -1 if _offline(p) else p["leader"], GAUGE, **labels))
+            out.append(KAFKA_PARTITION_LOG_END_OFFSET_TOTAL.sample(p["log_end_offset"], **labels))
+        out.append(KAFKA_PARTITION_LEADER.sample(-1 if _offline(p) else p["leader"], **labels))
     return out
 
 
 def _group_samples(group: str, g: Group, per_topic: bool) -> list[Sample]:
     """Members, and total and largest partition lag (per topic, or over all topics), of one consumer group."""
-    out = [sample("kdiag_kafka_consumergroup_members", g["members"], GAUGE, group=group),
-           sample("kdiag_kafka_consumergroup_stable", int(g["state"] == "STABLE"), GAUGE, group=group)]
+    out = [KAFKA_CONSUMERGROUP_MEMBERS.sample(g["members"], group=group),
+           KAFKA_CONSUMERGROUP_STABLE.sample(int(g["state"] == "STABLE"), group=group)]
     if "idle_members" in g:  # only known while the group is stable
-        out.append(sample("kdiag_kafka_consumergroup_idle_members", g["idle_members"], GAUGE, group=group))
+        out.append(KAFKA_CONSUMERGROUP_IDLE_MEMBERS.sample(g["idle_members"], group=group))
     lags = g["lag"]
     if per_topic:
         for topic, totals in lags.items():
-            out.append(sample("kdiag_kafka_consumergroup_lag", totals["sum"], GAUGE, group=group, topic=topic))
-            out.append(sample("kdiag_kafka_consumergroup_lag_max", totals["max"], GAUGE, group=group, topic=topic))
+            out.append(KAFKA_CONSUMERGROUP_LAG.sample(totals["sum"], group=group, topic=topic))
+            out.append(KAFKA_CONSUMERGROUP_LAG_MAX.sample(totals["max"], group=group, topic=topic))
     elif lags:
-        out.append(sample("kdiag_kafka_consumergroup_lag", sum(t["sum"] for t in lags.values()), GAUGE, group=group))
-        out.append(sample("kdiag_kafka_consumergroup_lag_max", max(t["max"] for t in lags.values()), GAUGE, group=group))
+        out.append(KAFKA_CONSUMERGROUP_LAG.sample(sum(t["sum"] for t in lags.values()), group=group))
+        out.append(KAFKA_CONSUMERGROUP_LAG_MAX.sample(max(t["max"] for t in lags.values()), group=group))
     return out
 
 

@@ -18,16 +18,43 @@ import threading
 import time
 from collections import defaultdict
 
+from kdiag.collectors import Collector
+from kdiag.collectors.registry import Shared, registered
+from kdiag.config.settings import Config
+from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.core.trust import trusted_program
+from kdiag.families.family import Family
+from kdiag.families.kafka import (
+    JVM_GC_COLLECTION_SECONDS_TOTAL,
+    JVM_GC_COLLECTIONS_TOTAL,
+    KAFKA_ACTIVE_CONTROLLER,
+    KAFKA_BYTES_IN_TOTAL,
+    KAFKA_BYTES_OUT_TOTAL,
+    KAFKA_FETCH_REQUESTS_TOTAL,
+    KAFKA_ISR_EXPANDS_TOTAL,
+    KAFKA_ISR_SHRINKS_TOTAL,
+    KAFKA_JMX_UP,
+    KAFKA_LEADERS,
+    KAFKA_LOG_FLUSH_SECONDS,
+    KAFKA_LOG_FLUSHES_TOTAL,
+    KAFKA_MESSAGES_IN_TOTAL,
+    KAFKA_NETWORK_PROCESSOR_IDLE_RATIO,
+    KAFKA_OFFLINE_PARTITIONS,
+    KAFKA_PARTITIONS,
+    KAFKA_PRODUCE_REQUESTS_TOTAL,
+    KAFKA_REQUEST_BYTES,
+    KAFKA_REQUEST_HANDLER_IDLE_RATIO,
+    KAFKA_REQUEST_QUEUE_SIZE,
+    KAFKA_REQUEST_TIME_SECONDS,
+    KAFKA_REQUESTS_TOTAL,
+    KAFKA_UNDER_MIN_ISR_PARTITIONS,
+    KAFKA_UNDER_REPLICATED_PARTITIONS,
+)
 from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_auth import JmxAuth
 from kdiag.kafka.jmx_reader import JmxReader
 from kdiag.kafka.state import JMX, JmxEndpoint, JmxState, read_jmx_state
-from kdiag.core.root import Root
-from kdiag.core.sample import COUNTER, GAUGE, Sample, SampleKind, sample
-from kdiag.core.trust import trusted_program
-from kdiag.collectors import Collector
-from kdiag.collectors.registry import Shared, registered
-from kdiag.config.settings import Config
 
 log = logging.getLogger(__name__)
 
@@ -44,37 +71,35 @@ PHASES = {
 }
 QUANTILES = {"Mean": "mean", "50thPercentile": "0.5", "99thPercentile": "0.99"}
 TOPIC_METERS = {
-    "BytesInPerSec": "kdiag_kafka_bytes_in_total",
-    "BytesOutPerSec": "kdiag_kafka_bytes_out_total",
-    "MessagesInPerSec": "kdiag_kafka_messages_in_total",
-    "TotalProduceRequestsPerSec": "kdiag_kafka_produce_requests_total",
-    "TotalFetchRequestsPerSec": "kdiag_kafka_fetch_requests_total",
+    "BytesInPerSec": KAFKA_BYTES_IN_TOTAL,
+    "BytesOutPerSec": KAFKA_BYTES_OUT_TOTAL,
+    "MessagesInPerSec": KAFKA_MESSAGES_IN_TOTAL,
+    "TotalProduceRequestsPerSec": KAFKA_PRODUCE_REQUESTS_TOTAL,
+    "TotalFetchRequestsPerSec": KAFKA_FETCH_REQUESTS_TOTAL,
 }
-# (metric, mbean, attribute, kind) read as they are.
+# (family, mbean, attribute) read as they are.
 PLAIN = (
     (
-        "kdiag_kafka_request_handler_idle_ratio",
+        KAFKA_REQUEST_HANDLER_IDLE_RATIO,
         "kafka.server:type=KafkaRequestHandlerPool,name=RequestHandlerAvgIdlePercent",
-        "OneMinuteRate",
-        GAUGE,
+        "OneMinuteRate"
     ),
     (
-        "kdiag_kafka_network_processor_idle_ratio",
+        KAFKA_NETWORK_PROCESSOR_IDLE_RATIO,
         "kafka.network:type=SocketServer,name=NetworkProcessorAvgIdlePercent",
-        "Value",
-        GAUGE,
+        "Value"
     ),
-    ("kdiag_kafka_request_queue_size", "kafka.network:type=RequestChannel,name=RequestQueueSize", "Value", GAUGE),
-    ("kdiag_kafka_log_flushes_total", "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs", "Count", COUNTER),
-    ("kdiag_kafka_under_replicated_partitions", "kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions", "Value", GAUGE),
-    ("kdiag_kafka_under_min_isr_partitions", "kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount", "Value", GAUGE),
-    ("kdiag_kafka_isr_shrinks_total", "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec", "Count", COUNTER),
-    ("kdiag_kafka_isr_expands_total", "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec", "Count", COUNTER),
-    ("kdiag_kafka_partitions", "kafka.server:type=ReplicaManager,name=PartitionCount", "Value", GAUGE),
-    ("kdiag_kafka_leaders", "kafka.server:type=ReplicaManager,name=LeaderCount", "Value", GAUGE),
-    ("kdiag_kafka_offline_partitions", "kafka.controller:type=KafkaController,name=OfflinePartitionsCount", "Value", GAUGE),
-    ("kdiag_kafka_active_controller", "kafka.controller:type=KafkaController,name=ActiveControllerCount", "Value", GAUGE),
-    *((metric, f"kafka.server:type=BrokerTopicMetrics,name={name}", "Count", COUNTER) for name, metric in TOPIC_METERS.items()),
+    (KAFKA_REQUEST_QUEUE_SIZE, "kafka.network:type=RequestChannel,name=RequestQueueSize", "Value"),
+    (KAFKA_LOG_FLUSHES_TOTAL, "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs", "Count"),
+    (KAFKA_UNDER_REPLICATED_PARTITIONS, "kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions", "Value"),
+    (KAFKA_UNDER_MIN_ISR_PARTITIONS, "kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount", "Value"),
+    (KAFKA_ISR_SHRINKS_TOTAL, "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec", "Count"),
+    (KAFKA_ISR_EXPANDS_TOTAL, "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec", "Count"),
+    (KAFKA_PARTITIONS, "kafka.server:type=ReplicaManager,name=PartitionCount", "Value"),
+    (KAFKA_LEADERS, "kafka.server:type=ReplicaManager,name=LeaderCount", "Value"),
+    (KAFKA_OFFLINE_PARTITIONS, "kafka.controller:type=KafkaController,name=OfflinePartitionsCount", "Value"),
+    (KAFKA_ACTIVE_CONTROLLER, "kafka.controller:type=KafkaController,name=ActiveControllerCount", "Value"),
+    *((metric, f"kafka.server:type=BrokerTopicMetrics,name={name}", "Count") for name, metric in TOPIC_METERS.items()),
 )
 FLUSH = "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs"
 LATE_REFRESH = 60.0  # seconds between restarts of an old JmxTool while the broker has not flushed yet
@@ -82,7 +107,7 @@ LATE_REFRESH = 60.0  # seconds between restarts of an old JmxTool while the brok
 # Object names given to JmxTool. Patterns (",*" / "=*") match versions and collectors; once one
 # query is a pattern JmxTool tolerates absent exact names (a broker-only node has no KafkaController).
 QUERIES = (
-    tuple(sorted({mbean for _, mbean, _, _ in PLAIN}))
+    tuple(sorted({mbean for _, mbean, _ in PLAIN}))
     + tuple(
         f"kafka.network:type=RequestMetrics,name={name},request={request}"
         for request in REQUESTS
@@ -105,33 +130,6 @@ ATTRIBUTES = (
     "CollectionTime",
     "StartTimeMs",
 )
-
-HELP = {
-    "kdiag_kafka_jmx_up": "1 when the broker's JMX endpoint answered this cycle, else 0.",
-    "kdiag_kafka_request_handler_idle_ratio": "Request handler threads' idle fraction, one-minute rate (0-1).",
-    "kdiag_kafka_network_processor_idle_ratio": "Network processor threads' average idle fraction (0-1).",
-    "kdiag_kafka_request_queue_size": "Requests waiting in the request channel for a handler thread.",
-    "kdiag_kafka_log_flushes_total": "Log flushes to disk since broker start.",
-    "kdiag_kafka_log_flush_seconds": "Log flush time in seconds: mean and 0.99 quantile of the broker's histogram.",
-    "kdiag_kafka_under_replicated_partitions": "Partitions led by this broker whose ISR is smaller than the replica set.",
-    "kdiag_kafka_under_min_isr_partitions": "Partitions led by this broker whose ISR is below min.insync.replicas.",
-    "kdiag_kafka_isr_shrinks_total": "ISR shrinks on this broker since start.",
-    "kdiag_kafka_isr_expands_total": "ISR expansions on this broker since start.",
-    "kdiag_kafka_partitions": "Partition replicas hosted by this broker.",
-    "kdiag_kafka_leaders": "Partitions led by this broker.",
-    "kdiag_kafka_offline_partitions": "Partitions without a leader, as seen by this node's controller.",
-    "kdiag_kafka_active_controller": "1 when this node is the active KRaft controller.",
-    "kdiag_kafka_bytes_in_total": "Bytes produced to this broker by clients, all topics.",
-    "kdiag_kafka_bytes_out_total": "Bytes fetched from this broker by clients, all topics.",
-    "kdiag_kafka_messages_in_total": "Messages produced to this broker, all topics.",
-    "kdiag_kafka_produce_requests_total": "Produce requests received, all topics.",
-    "kdiag_kafka_fetch_requests_total": "Fetch requests received, all topics.",
-    "kdiag_kafka_request_time_seconds": "Request time per phase in seconds (mean, 0.5, 0.99 of the broker's histogram).",
-    "kdiag_kafka_requests_total": "Requests of this type received, summed over request versions.",
-    "kdiag_kafka_request_bytes": "Request size in bytes (mean and 0.99 of the broker's histogram).",
-    "kdiag_jvm_gc_collections_total": "Garbage collections of the broker JVM per collector.",
-    "kdiag_jvm_gc_collection_seconds_total": "Time spent in garbage collection by the broker JVM per collector.",
-}
 
 
 def jmx_url(endpoint: str) -> str:
@@ -165,22 +163,22 @@ def _endpoint_samples(broker: str, values: dict[str, float]) -> list[Sample]:
     index = _index(values)
     out: list[Sample] = []
 
-    def add(metric: str, mbean: str, attribute: str, kind: SampleKind = GAUGE, scale: float = 1.0, **labels: str) -> None:
+    def add(family: Family, mbean: str, attribute: str, scale: float = 1.0, **labels: str) -> None:
         value = index.get((canonical(mbean), attribute))
         if value is not None:
-            out.append(sample(metric, value * scale, kind, broker_id=broker, **labels))
+            out.append(family.sample(value * scale, broker_id=broker, **labels))
 
-    for metric, mbean, attribute, kind in PLAIN:
-        add(metric, mbean, attribute, kind)
+    for family, mbean, attribute in PLAIN:
+        add(family, mbean, attribute)
     # The idle meter's one-minute rate overshoots 1.0 slightly on an idle broker (seen: 1.0001).
     out[:] = [s._replace(value=min(s.value, 1.0)) if s.name.endswith("_idle_ratio") else s for s in out]
-    add("kdiag_kafka_log_flush_seconds", FLUSH, "Mean", scale=1e-3, quantile="mean")
-    add("kdiag_kafka_log_flush_seconds", FLUSH, "99thPercentile", scale=1e-3, quantile="0.99")
+    add(KAFKA_LOG_FLUSH_SECONDS, FLUSH, "Mean", scale=1e-3, quantile="mean")
+    add(KAFKA_LOG_FLUSH_SECONDS, FLUSH, "99thPercentile", scale=1e-3, quantile="0.99")
     for request in REQUESTS:
         for name, phase in PHASES.items():
             for attribute, quantile in QUANTILES.items():
                 add(
-                    "kdiag_kafka_request_time_seconds",
+                    KAFKA_REQUEST_TIME_SECONDS,
                     f"kafka.network:type=RequestMetrics,name={name},request={request}",
                     attribute,
                     scale=1e-3,
@@ -190,7 +188,7 @@ def _endpoint_samples(broker: str, values: dict[str, float]) -> list[Sample]:
                 )
         for attribute in ("Mean", "99thPercentile"):
             add(
-                "kdiag_kafka_request_bytes",
+                KAFKA_REQUEST_BYTES,
                 f"kafka.network:type=RequestMetrics,name=RequestBytes,request={request}",
                 attribute,
                 request=request,
@@ -210,13 +208,13 @@ def _requests_and_gc(broker: str, index: dict[tuple[str, str], float]) -> list[S
             requests[props["request"]] += value
         elif domain == "java.lang" and props.get("type") == "GarbageCollector":
             gc[props.get("name", "")][attribute] = value
-    out = [sample("kdiag_kafka_requests_total", n, COUNTER, broker_id=broker, request=r) for r, n in requests.items()]
+    out = [KAFKA_REQUESTS_TOTAL.sample(n, broker_id=broker, request=r) for r, n in requests.items()]
     for name, attrs in gc.items():
         if "CollectionCount" in attrs:
-            out.append(sample("kdiag_jvm_gc_collections_total", attrs["CollectionCount"], COUNTER, broker_id=broker, gc=name))
+            out.append(JVM_GC_COLLECTIONS_TOTAL.sample(attrs["CollectionCount"], broker_id=broker, gc=name))
         if "CollectionTime" in attrs:
             out.append(
-                sample("kdiag_jvm_gc_collection_seconds_total", attrs["CollectionTime"] / 1e3, COUNTER, broker_id=broker, gc=name)
+                JVM_GC_COLLECTION_SECONDS_TOTAL.sample(attrs["CollectionTime"] / 1e3, broker_id=broker, gc=name)
             )
     return out
 
@@ -227,7 +225,7 @@ def samples_from_jmx_state(state: JmxState) -> list[Sample]:
     errors = []
     for url, endpoint in sorted(state["endpoints"].items()):
         up = "values" in endpoint
-        out.append(sample("kdiag_kafka_jmx_up", int(up), GAUGE, endpoint=url))
+        out.append(KAFKA_JMX_UP.sample(int(up), endpoint=url))
         if up:
             out.extend(_endpoint_samples(str(endpoint.get("broker_id") or url), endpoint["values"]))
         else:
@@ -260,7 +258,15 @@ class KafkaJmxCollector(Collector):
     """Broker metrics from JMX, one resident JmxTool per endpoint; failing endpoints only report jmx_up 0."""
 
     name = "kafka_jmx"
-    help = HELP
+    families = (
+        KAFKA_JMX_UP, KAFKA_REQUEST_HANDLER_IDLE_RATIO, KAFKA_NETWORK_PROCESSOR_IDLE_RATIO,
+        KAFKA_REQUEST_QUEUE_SIZE, KAFKA_LOG_FLUSHES_TOTAL, KAFKA_LOG_FLUSH_SECONDS,
+        KAFKA_UNDER_REPLICATED_PARTITIONS, KAFKA_UNDER_MIN_ISR_PARTITIONS, KAFKA_ISR_SHRINKS_TOTAL,
+        KAFKA_ISR_EXPANDS_TOTAL, KAFKA_PARTITIONS, KAFKA_LEADERS, KAFKA_OFFLINE_PARTITIONS, KAFKA_ACTIVE_CONTROLLER,
+        KAFKA_BYTES_IN_TOTAL, KAFKA_BYTES_OUT_TOTAL, KAFKA_MESSAGES_IN_TOTAL, KAFKA_PRODUCE_REQUESTS_TOTAL,
+        KAFKA_FETCH_REQUESTS_TOTAL, KAFKA_REQUEST_TIME_SECONDS, KAFKA_REQUESTS_TOTAL, KAFKA_REQUEST_BYTES,
+        JVM_GC_COLLECTIONS_TOTAL, JVM_GC_COLLECTION_SECONDS_TOTAL,
+    )
 
     def __init__(
         self,

@@ -21,23 +21,20 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Sequence
+
 from kdiag.core.cardinality import SeriesFilter
-from kdiag.core.sample import GAUGE, Sample, sample
+from kdiag.core.sample import Sample
+from kdiag.families.family import Family
+from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS
 from kdiag.kafka.state import AdminState, ConfigValues, Topic
 
-LAG_SECONDS = "kdiag_consumer_lag_seconds"
-CATCH_UP = "kdiag_consumer_catch_up_seconds"
+FAMILIES = (CONSUMER_LAG_SECONDS, CONSUMER_CATCH_UP_SECONDS)
+
 # The span over which the lag's change is measured, as the consumer_lag_growing rule's growth (kafka_signals.py).
 GROWTH_SECONDS = 120.0
 KAFKA_EPOCH = 1293840000.0  # 2011-01-01, before Kafka's first release: no record of a real cluster is older
 CLOCK_SKEW_SECONDS = 60.0  # a producer's clock a little ahead of this host's
 DEFAULT_SEGMENT_MS = 7 * 86400 * 1000.0  # segment.ms's default: a segment may outlive retention by this much
-HELP = {
-    LAG_SECONDS: "How long ago the topic's log end was where the group's committed offset is now (per topic for "
-                 "kafka.group_series groups, the largest over its topics for the others).",
-    CATCH_UP: f"Seconds until the group's lag is gone at its consume and write rates of the last {GROWTH_SECONDS:.0f} s; "
-              "+Inf (never) while it reads slower than the topic is written (per topic as kdiag_consumer_lag_seconds).",
-}
 
 
 def time_at_offset(points: Sequence[tuple[float, float]], offset: float) -> float | None:
@@ -132,11 +129,11 @@ class LagClock:
         self.unanswered = []
         seen = set()
         for group, g in state["consumer_groups"].items():
-            values: dict[str, dict[str, float]] = {LAG_SECONDS: {}, CATCH_UP: {}}
+            values: dict[Family, dict[str, float]] = {CONSUMER_LAG_SECONDS: {}, CONSUMER_CATCH_UP_SECONDS: {}}
             for topic, lag in g["lag"].items():
                 seen.add((group, topic))
                 if (catch_up := self.catch_up(now, group, topic, lag["sum"])) is not None:
-                    values[CATCH_UP][topic] = catch_up
+                    values[CONSUMER_CATCH_UP_SECONDS][topic] = catch_up
                 if topic not in totals:
                     continue
                 seconds = self.seconds(now, topic, totals[topic] - lag["sum"])
@@ -146,12 +143,12 @@ class LagClock:
                     if "record_time" in lag and plausible_record_time(lag["record_time"], now, configs):
                         seconds = max(now - lag["record_time"], 0.0)
                 if seconds is not None:
-                    values[LAG_SECONDS][topic] = seconds
-            for name, per_topic in values.items():
+                    values[CONSUMER_LAG_SECONDS][topic] = seconds
+            for family, per_topic in values.items():
                 if group_series.matches(group):
-                    out += [sample(name, v, GAUGE, group=group, topic=t) for t, v in per_topic.items()]
+                    out += [family.sample(v, group=group, topic=t) for t, v in per_topic.items()]
                 elif per_topic:
-                    out.append(sample(name, max(per_topic.values()), GAUGE, group=group))
+                    out.append(family.sample(max(per_topic.values()), group=group))
         for gone in self._lags.keys() - seen:
             del self._lags[gone]
         return out

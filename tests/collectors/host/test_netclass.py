@@ -4,7 +4,9 @@ import os
 import pytest
 from tests.collectors.golden import assert_golden, fixture_root
 
-from kdiag.collectors.host._util import SKIPPED
+from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+
+SKIPPED = COLLECTOR_SKIPPED_ENTRIES.name
 from kdiag.collectors.host.netclass import NetclassCollector, speed_bytes
 
 

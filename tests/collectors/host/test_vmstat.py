@@ -1,7 +1,8 @@
 import pytest
 from tests.collectors.golden import assert_golden, fixture_root
 
-from kdiag.collectors.host.vmstat import FIELDS, VmstatCollector, parse_vmstat
+from kdiag.collectors.host.vmstat import VmstatCollector, parse_vmstat
+from kdiag.families.host import VMSTAT
 
 
 def test_golden():
@@ -10,7 +11,7 @@ def test_golden():
 
 def test_host_vm2_has_every_field():
     samples = VmstatCollector().collect(fixture_root("host-vm2"))
-    assert {s.name for s in samples} == {f"kdiag_vmstat_{f}_total" for f in FIELDS}
+    assert {s.name for s in samples} == {f.name for f in VMSTAT.values()}
 
 
 def test_malformed_line_names_line():

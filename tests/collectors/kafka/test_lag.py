@@ -13,7 +13,10 @@ from kdiag.analysis.catalog import load_catalog
 from kdiag.analysis.engine import render
 from kdiag.analysis.kafka_signals import catch_up, group_signals
 from kdiag.analysis.scope import with_cluster
-from kdiag.collectors.kafka.lag import CATCH_UP, LAG_SECONDS, LagClock, time_at_offset
+from kdiag.collectors.kafka.lag import LagClock, time_at_offset
+from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS
+
+LAG_SECONDS, CATCH_UP = CONSUMER_LAG_SECONDS.name, CONSUMER_CATCH_UP_SECONDS.name
 from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
 from kdiag.core.history import History
 from kdiag.core.sample import GAUGE, sample
