@@ -7,6 +7,22 @@ from kdiag.core.history import History
 from kdiag.analysis.host_cause_signals import DISK_SCHEMA, PROC_SCHEMA, disk_cause_signals, proc_wait_signals
 from kdiag.analysis.signals import (Signals, cpu_mode_rates, latest_by, latest_per, one, put, rates_by, rates_per, ratio,
                                     series_change, shares, subject)
+from kdiag.families.host import INTERRUPTS_TOTAL
+from kdiag.families.network import (
+    NETWORK_QUEUES, NETWORK_RECEIVE_BYTES_TOTAL, NETWORK_RECEIVE_DROP_TOTAL, NETWORK_RECEIVE_PACKETS_TOTAL,
+    NETWORK_SPEED_BYTES, NETWORK_TRANSMIT_BYTES_TOTAL, NETWORK_TRANSMIT_PACKETS_TOTAL,
+)
+from kdiag.families.process import (
+    KAFKA_LOG_DIR_INFO, PROCESS_CPU_SECONDS_TOTAL, PROCESS_GC_CPU_SECONDS_TOTAL, PROCESS_INFO, PROCESS_IS_BROKER,
+    PROCESS_IS_LOAD_GENERATOR, PROCESS_JVM_MAX_HEAP_BYTES, PROCESS_MAX_FDS, PROCESS_OPEN_FDS,
+    PROCESS_RCHAR_BYTES_TOTAL, PROCESS_READ_BYTES_TOTAL, PROCESS_TOUCHES_LOG_DIR, PROCESS_WRITTEN_BYTES_TOTAL,
+)
+from kdiag.families.storage import (
+    BLOCK_ROTATIONAL, BLOCK_SCHEDULER_INFO, DISK_FLUSH_REQUESTS_TOTAL, DISK_IO_TIME_SECONDS_TOTAL,
+    DISK_IO_TIME_WEIGHTED_SECONDS_TOTAL, DISK_READS_COMPLETED_TOTAL, DISK_READ_BYTES_TOTAL,
+    DISK_READ_TIME_SECONDS_TOTAL, DISK_WRITES_COMPLETED_TOTAL, DISK_WRITE_TIME_SECONDS_TOTAL,
+    DISK_WRITTEN_BYTES_TOTAL, FILESYSTEM_AVAIL_BYTES, FILESYSTEM_NOATIME, FILESYSTEM_SIZE_BYTES,
+)
 
 
 @subject("nic", {
@@ -29,18 +45,18 @@ from kdiag.analysis.signals import (Signals, cpu_mode_rates, latest_by, latest_p
 })
 def nic_signals(history: History, window: float) -> dict[str, Signals]:
     """Traffic, packet size, link use and IRQ spread per network interface (lo excluded)."""
-    rx_packets = rates_per(history, "kdiag_network_receive_packets_total", window, "device")
-    tx_packets = rates_per(history, "kdiag_network_transmit_packets_total", window, "device")
-    rx_bytes = rates_per(history, "kdiag_network_receive_bytes_total", window, "device")
-    tx_bytes = rates_per(history, "kdiag_network_transmit_bytes_total", window, "device")
-    rx_drops = rates_per(history, "kdiag_network_receive_drop_total", window, "device")
-    speeds = latest_by(history, "kdiag_network_speed_bytes", "device")
-    queues = latest_by(history, "kdiag_network_queues", "device", "direction")
+    rx_packets = rates_per(history, NETWORK_RECEIVE_PACKETS_TOTAL, window, "device")
+    tx_packets = rates_per(history, NETWORK_TRANSMIT_PACKETS_TOTAL, window, "device")
+    rx_bytes = rates_per(history, NETWORK_RECEIVE_BYTES_TOTAL, window, "device")
+    tx_bytes = rates_per(history, NETWORK_TRANSMIT_BYTES_TOTAL, window, "device")
+    rx_drops = rates_per(history, NETWORK_RECEIVE_DROP_TOTAL, window, "device")
+    speeds = latest_by(history, NETWORK_SPEED_BYTES, "device")
+    queues = latest_by(history, NETWORK_QUEUES, "device", "direction")
     irq_rates: dict[str, dict[str, float]] = {}
-    for (nic, cpu), r in rates_by(history, "kdiag_interrupts_total", window, "interface", "cpu").items():
+    for (nic, cpu), r in rates_by(history, INTERRUPTS_TOTAL, window, "interface", "cpu").items():
         irq_rates.setdefault(nic, {})[cpu] = r
     irq_ids: dict[str, set[str]] = {}
-    for nic, irq in latest_by(history, "kdiag_interrupts_total", "interface", "irq"):
+    for nic, irq in latest_by(history, INTERRUPTS_TOTAL, "interface", "irq"):
         irq_ids.setdefault(nic, set()).add(irq)
     cpus = cpu_mode_rates(history, window)
     out = {}
@@ -90,9 +106,9 @@ FILL_SECONDS = 300.0
 
 def filesystem_space(history: History) -> dict[str, tuple[float, float, float | None]]:
     """{mountpoint: (free share, available bytes, seconds until full at the recent growth or None)}."""
-    sizes = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_size_bytes", "mountpoint").items()}
+    sizes = {m: v for (m,), v in latest_by(history, FILESYSTEM_SIZE_BYTES, "mountpoint").items()}
     out = {}
-    for labels, points, _ in history.series("kdiag_filesystem_avail_bytes"):
+    for labels, points, _ in history.series(FILESYSTEM_AVAIL_BYTES.name):
         mountpoint, avail = labels.get("mountpoint", ""), points[-1][1]
         if not sizes.get(mountpoint):
             continue
@@ -126,19 +142,19 @@ def filesystem_space(history: History) -> dict[str, tuple[float, float, float | 
 })
 def disk_signals(history: History, window: float) -> dict[str, Signals]:
     """iostat-style utilisation, throughput and latency per block device."""
-    busy = rates_per(history, "kdiag_disk_io_time_seconds_total", window, "device")
-    reads = rates_per(history, "kdiag_disk_reads_completed_total", window, "device")
-    writes = rates_per(history, "kdiag_disk_writes_completed_total", window, "device")
-    read_time = rates_per(history, "kdiag_disk_read_time_seconds_total", window, "device")
-    write_time = rates_per(history, "kdiag_disk_write_time_seconds_total", window, "device")
-    read_bytes = rates_per(history, "kdiag_disk_read_bytes_total", window, "device")
-    written_bytes = rates_per(history, "kdiag_disk_written_bytes_total", window, "device")
-    weighted = rates_per(history, "kdiag_disk_io_time_weighted_seconds_total", window, "device")
-    flushes = rates_per(history, "kdiag_disk_flush_requests_total", window, "device")
-    rotational = latest_by(history, "kdiag_block_rotational", "device")
-    schedulers = {dev: sched for dev, sched in latest_by(history, "kdiag_block_scheduler_info", "device", "scheduler")}
-    log_dirs = latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint")
-    noatime = {m: v for (m,), v in latest_by(history, "kdiag_filesystem_noatime", "mountpoint").items()}
+    busy = rates_per(history, DISK_IO_TIME_SECONDS_TOTAL, window, "device")
+    reads = rates_per(history, DISK_READS_COMPLETED_TOTAL, window, "device")
+    writes = rates_per(history, DISK_WRITES_COMPLETED_TOTAL, window, "device")
+    read_time = rates_per(history, DISK_READ_TIME_SECONDS_TOTAL, window, "device")
+    write_time = rates_per(history, DISK_WRITE_TIME_SECONDS_TOTAL, window, "device")
+    read_bytes = rates_per(history, DISK_READ_BYTES_TOTAL, window, "device")
+    written_bytes = rates_per(history, DISK_WRITTEN_BYTES_TOTAL, window, "device")
+    weighted = rates_per(history, DISK_IO_TIME_WEIGHTED_SECONDS_TOTAL, window, "device")
+    flushes = rates_per(history, DISK_FLUSH_REQUESTS_TOTAL, window, "device")
+    rotational = latest_by(history, BLOCK_ROTATIONAL, "device")
+    schedulers = {dev: sched for dev, sched in latest_by(history, BLOCK_SCHEDULER_INFO, "device", "scheduler")}
+    log_dirs = latest_by(history, KAFKA_LOG_DIR_INFO, "device", "mountpoint")
+    noatime = {m: v for (m,), v in latest_by(history, FILESYSTEM_NOATIME, "mountpoint").items()}
     space = filesystem_space(history)
     causes = disk_cause_signals(history, window)
     out = {}
@@ -190,20 +206,20 @@ def disk_signals(history: History, window: float) -> dict[str, Signals]:
 })
 def proc_signals(history: History, window: float) -> dict[str, Signals]:
     """Per-process I/O and identity for the broker and the top readers."""
-    reads = rates_per(history, "kdiag_process_read_bytes_total", window, "pid")
-    rchar = rates_per(history, "kdiag_process_rchar_bytes_total", window, "pid")
-    written = rates_per(history, "kdiag_process_written_bytes_total", window, "pid")
-    cpu = rates_per(history, "kdiag_process_cpu_seconds_total", window, "pid")
-    open_fds = latest_per(history, "kdiag_process_open_fds", "pid")
-    max_fds = latest_per(history, "kdiag_process_max_fds", "pid")
-    is_broker = latest_per(history, "kdiag_process_is_broker", "pid")
-    touches = latest_per(history, "kdiag_process_touches_log_dir", "pid")
-    heap = latest_per(history, "kdiag_process_jvm_max_heap_bytes", "pid")
-    load_generator = latest_per(history, "kdiag_process_is_load_generator", "pid")
-    gc_cpu = rates_per(history, "kdiag_process_gc_cpu_seconds_total", window, "pid")
+    reads = rates_per(history, PROCESS_READ_BYTES_TOTAL, window, "pid")
+    rchar = rates_per(history, PROCESS_RCHAR_BYTES_TOTAL, window, "pid")
+    written = rates_per(history, PROCESS_WRITTEN_BYTES_TOTAL, window, "pid")
+    cpu = rates_per(history, PROCESS_CPU_SECONDS_TOTAL, window, "pid")
+    open_fds = latest_per(history, PROCESS_OPEN_FDS, "pid")
+    max_fds = latest_per(history, PROCESS_MAX_FDS, "pid")
+    is_broker = latest_per(history, PROCESS_IS_BROKER, "pid")
+    touches = latest_per(history, PROCESS_TOUCHES_LOG_DIR, "pid")
+    heap = latest_per(history, PROCESS_JVM_MAX_HEAP_BYTES, "pid")
+    load_generator = latest_per(history, PROCESS_IS_LOAD_GENERATOR, "pid")
+    gc_cpu = rates_per(history, PROCESS_GC_CPU_SECONDS_TOTAL, window, "pid")
     waits = proc_wait_signals(history, window)
     out = {}
-    for labels, _, _ in history.series("kdiag_process_info"):
+    for labels, _, _ in history.series(PROCESS_INFO.name):
         pid = labels["pid"]
         out[pid] = put(
             {"name": f"pid {pid} {labels.get('comm', '')}".strip()},

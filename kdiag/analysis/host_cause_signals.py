@@ -8,6 +8,14 @@ from collections import deque
 
 from kdiag.core.history import History, counter_increase
 from kdiag.analysis.signals import Signals, latest_by, put, rates_by, rates_per, ratio
+from kdiag.families.host import PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS
+from kdiag.families.process import (
+    KAFKA_LOG_DIR_INFO, PROCESS_CGROUP_CPU_PERIODS_TOTAL, PROCESS_CGROUP_CPU_QUOTA_CORES,
+    PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL,
+)
+from kdiag.families.storage import (
+    DISK_IO_ERRORS_TOTAL, FILESYSTEM_INFO, JBD2_COMMIT_SECONDS, JBD2_TRANSACTIONS_TOTAL, MD_MEMBER_ERRORS_TOTAL,
+)
 
 ERRORS_SECONDS = 300.0
 
@@ -47,17 +55,17 @@ def increase_over(points: deque[tuple[float, float]], seconds: float) -> float:
 def proc_wait_signals(history: History, window: float) -> dict[str, Signals]:
     """{pid: run-queue wait, D-state threads and cgroup CPU throttling} of the processes kdiag reads them for."""
     out: dict[str, Signals] = {}
-    for pid, rate in rates_per(history, "kdiag_process_runqueue_wait_seconds_total", window, "pid").items():
+    for pid, rate in rates_per(history, PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, window, "pid").items():
         put(out.setdefault(pid, {}), runqueue_wait_per_second=rate)
-    for labels, points, _ in history.series("kdiag_process_threads"):
+    for labels, points, _ in history.series(PROCESS_THREADS.name):
         signals = out.setdefault(labels.get("pid", ""), {})
         signals["threads"] = float(signals.get("threads", 0.0)) + points[-1][1]
         if labels.get("state") == "D":
             signals["blocked_threads"] = window_mean(points, window)
-    periods = rates_by(history, "kdiag_process_cgroup_cpu_periods_total", window, "pid", "cgroup")
-    throttled = rates_by(history, "kdiag_process_cgroup_cpu_throttled_periods_total", window, "pid", "cgroup")
-    stopped = rates_by(history, "kdiag_process_cgroup_cpu_throttled_seconds_total", window, "pid", "cgroup")
-    for (pid, cgroup), quota in latest_by(history, "kdiag_process_cgroup_cpu_quota_cores", "pid", "cgroup").items():
+    periods = rates_by(history, PROCESS_CGROUP_CPU_PERIODS_TOTAL, window, "pid", "cgroup")
+    throttled = rates_by(history, PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, window, "pid", "cgroup")
+    stopped = rates_by(history, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL, window, "pid", "cgroup")
+    for (pid, cgroup), quota in latest_by(history, PROCESS_CGROUP_CPU_QUOTA_CORES, "pid", "cgroup").items():
         signals = out.setdefault(pid, {})
         if quota < float(signals.get("cpu_quota_cores", quota + 1)):
             signals["cpu_quota_cores"] = quota
@@ -71,18 +79,18 @@ def proc_wait_signals(history: History, window: float) -> dict[str, Signals]:
 def disk_cause_signals(history: History, window: float) -> dict[str, Signals]:
     """{disk: recent I/O errors, and the journal of a log filesystem on it} for the disk subject."""
     out: dict[str, Signals] = {}
-    for name, disk_label in (("kdiag_disk_io_errors_total", "device"), ("kdiag_md_member_errors_total", "disk")):
-        for labels, points, _ in history.series(name):
+    for name, disk_label in ((DISK_IO_ERRORS_TOTAL, "device"), (MD_MEMBER_ERRORS_TOTAL, "disk")):
+        for labels, points, _ in history.series(name.name):
             signals = out.setdefault(labels.get(disk_label, ""), {})
             signals["io_errors_recent"] = float(signals.get("io_errors_recent", 0.0)) + increase_over(points, ERRORS_SECONDS)
     log_disks: dict[str, set[str]] = {}  # mountpoint -> the disks its log dirs sit on
-    for disk, mountpoint in latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint"):
+    for disk, mountpoint in latest_by(history, KAFKA_LOG_DIR_INFO, "device", "mountpoint"):
         log_disks.setdefault(mountpoint, set()).add(disk)
     devices: dict[str, set[str]] = {}  # /dev path -> disks below its log dirs
-    for device, mountpoint in latest_by(history, "kdiag_filesystem_info", "device", "mountpoint"):
+    for device, mountpoint in latest_by(history, FILESYSTEM_INFO, "device", "mountpoint"):
         devices.setdefault(device, set()).update(log_disks.get(mountpoint, set()))
-    commits = rates_per(history, "kdiag_jbd2_transactions_total", window, "journal")
-    for (journal, device), seconds in latest_by(history, "kdiag_jbd2_commit_seconds", "journal", "device").items():
+    commits = rates_per(history, JBD2_TRANSACTIONS_TOTAL, window, "journal")
+    for (journal, device), seconds in latest_by(history, JBD2_COMMIT_SECONDS, "journal", "device").items():
         for disk in devices.get(device, set()):
             signals = out.setdefault(disk, {})
             if seconds >= float(signals.get("journal_commit_seconds", -1.0)):

@@ -13,6 +13,24 @@ from kdiag.core.history import History
 from kdiag.analysis.latency_outliers import (REQUEST_SIGNALS, longest_gc_pauses, probe_outliers, slowest_request_part,
                                              window_quantiles)
 from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
+from kdiag.families.family import Family
+from kdiag.families.kafka import (
+    CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS, JVM_GC_COLLECTION_SECONDS_TOTAL, KAFKA_BROKER_CONFIG,
+    KAFKA_BROKER_CONFIG_SOURCE_INFO, KAFKA_BROKER_EXPECTED, KAFKA_BROKER_INFO, KAFKA_BROKER_LEADERS,
+    KAFKA_BROKER_REPLICAS, KAFKA_BYTES_IN_TOTAL, KAFKA_CONSUMERGROUP_IDLE_MEMBERS, KAFKA_CONSUMERGROUP_LAG,
+    KAFKA_CONSUMERGROUP_MEMBERS, KAFKA_CONSUMERGROUP_STABLE, KAFKA_CONTROLLER_ID, KAFKA_FETCH_REQUESTS_TOTAL,
+    KAFKA_ISR_SHRINKS_TOTAL, KAFKA_LEADERS, KAFKA_LOG_FLUSHES_TOTAL, KAFKA_LOG_FLUSH_SECONDS,
+    KAFKA_MESSAGES_IN_TOTAL, KAFKA_NETWORK_PROCESSOR_IDLE_RATIO, KAFKA_PARTITIONS, KAFKA_PARTITION_LEADER,
+    KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, KAFKA_PRODUCE_REQUESTS_TOTAL, KAFKA_REQUEST_HANDLER_IDLE_RATIO,
+    KAFKA_REQUEST_QUEUE_SIZE, KAFKA_REQUEST_TIME_SECONDS, KAFKA_TOPIC_BROKER_LEADERS, KAFKA_TOPIC_CONFIG,
+    KAFKA_TOPIC_CONFIG_OVERRIDE, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, KAFKA_TOPIC_OFFLINE_PARTITIONS,
+    KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS,
+    KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS, KAFKA_UNDER_MIN_ISR_PARTITIONS, KAFKA_UNDER_REPLICATED_PARTITIONS,
+)
+from kdiag.families.probe import (
+    PROBE_AVAILABILITY_RATIO, PROBE_END_TO_END_LATENCY_SECONDS, PROBE_MESSAGES_FAILED_TOTAL,
+    PROBE_MESSAGES_LOST_TOTAL, PROBE_MESSAGES_SENT_TOTAL, PROBE_PRODUCE_LATENCY_SECONDS, PROBE_SLO_SECONDS,
+)
 
 LAG_GROWTH_SECONDS = 120.0
 CHURN_SECONDS = 300.0
@@ -54,7 +72,7 @@ def on_brokers(ids: list[str] | set[str]) -> str | None:
 
 def live_brokers(history: History) -> list[str]:
     """Broker ids the AdminClient currently lists."""
-    return sorted(k[0] for k in latest_by(history, "kdiag_kafka_broker_info", "broker_id"))
+    return sorted(k[0] for k in latest_by(history, KAFKA_BROKER_INFO, "broker_id"))
 
 
 ON_BROKERS = "broker ids this subject concerns, comma-separated"
@@ -107,30 +125,30 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
 })
 def broker_signals(history: History, window: float) -> dict[str, Signals]:
     """Load, flushes, thread idleness, produce time split and leadership per broker."""
-    leaders = latest_per(history, "kdiag_kafka_broker_leaders", "broker_id") or latest_per(
-        history, "kdiag_kafka_leaders", "broker_id")
-    replicas = latest_per(history, "kdiag_kafka_broker_replicas", "broker_id") or latest_per(
-        history, "kdiag_kafka_partitions", "broker_id")
-    bytes_in = rates_per(history, "kdiag_kafka_bytes_in_total", window, "broker_id")
-    messages_in = rates_per(history, "kdiag_kafka_messages_in_total", window, "broker_id")
-    produce_requests = rates_per(history, "kdiag_kafka_produce_requests_total", window, "broker_id")
-    fetch_requests = rates_per(history, "kdiag_kafka_fetch_requests_total", window, "broker_id")
-    flushes = rates_per(history, "kdiag_kafka_log_flushes_total", window, "broker_id")
-    flush_time = latest_by(history, "kdiag_kafka_log_flush_seconds", "broker_id", "quantile")
-    handler_idle = latest_per(history, "kdiag_kafka_request_handler_idle_ratio", "broker_id")
-    network_idle = latest_per(history, "kdiag_kafka_network_processor_idle_ratio", "broker_id")
-    queue = latest_per(history, "kdiag_kafka_request_queue_size", "broker_id")
-    times = latest_by(history, "kdiag_kafka_request_time_seconds", "broker_id", "request", "phase", "quantile")
-    urp = latest_per(history, "kdiag_kafka_under_replicated_partitions", "broker_id")
-    under_min = latest_per(history, "kdiag_kafka_under_min_isr_partitions", "broker_id")
-    shrinks = rates_per(history, "kdiag_kafka_isr_shrinks_total", window, "broker_id")
+    leaders = latest_per(history, KAFKA_BROKER_LEADERS, "broker_id") or latest_per(
+        history, KAFKA_LEADERS, "broker_id")
+    replicas = latest_per(history, KAFKA_BROKER_REPLICAS, "broker_id") or latest_per(
+        history, KAFKA_PARTITIONS, "broker_id")
+    bytes_in = rates_per(history, KAFKA_BYTES_IN_TOTAL, window, "broker_id")
+    messages_in = rates_per(history, KAFKA_MESSAGES_IN_TOTAL, window, "broker_id")
+    produce_requests = rates_per(history, KAFKA_PRODUCE_REQUESTS_TOTAL, window, "broker_id")
+    fetch_requests = rates_per(history, KAFKA_FETCH_REQUESTS_TOTAL, window, "broker_id")
+    flushes = rates_per(history, KAFKA_LOG_FLUSHES_TOTAL, window, "broker_id")
+    flush_time = latest_by(history, KAFKA_LOG_FLUSH_SECONDS, "broker_id", "quantile")
+    handler_idle = latest_per(history, KAFKA_REQUEST_HANDLER_IDLE_RATIO, "broker_id")
+    network_idle = latest_per(history, KAFKA_NETWORK_PROCESSOR_IDLE_RATIO, "broker_id")
+    queue = latest_per(history, KAFKA_REQUEST_QUEUE_SIZE, "broker_id")
+    times = latest_by(history, KAFKA_REQUEST_TIME_SECONDS, "broker_id", "request", "phase", "quantile")
+    urp = latest_per(history, KAFKA_UNDER_REPLICATED_PARTITIONS, "broker_id")
+    under_min = latest_per(history, KAFKA_UNDER_MIN_ISR_PARTITIONS, "broker_id")
+    shrinks = rates_per(history, KAFKA_ISR_SHRINKS_TOTAL, window, "broker_id")
     gc: dict[str, float] = {}
-    for (b, collector), rate in rates_by(history, "kdiag_jvm_gc_collection_seconds_total", window, "broker_id", "gc").items():
+    for (b, collector), rate in rates_by(history, JVM_GC_COLLECTION_SECONDS_TOTAL, window, "broker_id", "gc").items():
         if jvm_gc.pauses(collector):
             gc[b] = gc.get(b, 0.0) + rate
-    configs = latest_by(history, "kdiag_kafka_broker_config", "broker_id", "name")
+    configs = latest_by(history, KAFKA_BROKER_CONFIG, "broker_id", "name")
     flush_places: dict[str, list[str]] = {}
-    for (b, name, source) in latest_by(history, "kdiag_kafka_broker_config_source_info", "broker_id", "name", "source"):
+    for (b, name, source) in latest_by(history, KAFKA_BROKER_CONFIG_SOURCE_INFO, "broker_id", "name", "source"):
         place = FLUSH_CONFIG_PLACES.get(source, source).format(b=b)
         if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
             flush_places[b].append(place)
@@ -186,17 +204,17 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
     return out
 
 
-SLOWNESS_METRICS = (("kdiag_kafka_request_time_seconds", {"request": "Produce", "phase": "local", "quantile": "0.99"}),
-                    ("kdiag_kafka_log_flush_seconds", {"quantile": "0.99"}))
+SLOWNESS_METRICS = ((KAFKA_REQUEST_TIME_SECONDS, {"request": "Produce", "phase": "local", "quantile": "0.99"}),
+                    (KAFKA_LOG_FLUSH_SECONDS, {"quantile": "0.99"}))
 
 
 def slowness_ratios(history: History) -> dict[str, tuple[float | None, float | None]]:
     """Per broker, (worst p99 over the other brokers' median, worst p99 over its own median in the history)."""
     worst: dict[str, list[float | None]] = {}
-    for name, want in SLOWNESS_METRICS:
+    for family, want in SLOWNESS_METRICS:
         now: dict[str, float] = {}
         past: dict[str, float] = {}
-        for labels, points, _ in history.series(name):
+        for labels, points, _ in history.series(family.name):
             if all(labels.get(k) == v for k, v in want.items()):
                 b = labels["broker_id"]
                 now[b], past[b] = points[-1][1], statistics.median(v for _, v in points)
@@ -212,9 +230,9 @@ def slowness_ratios(history: History) -> dict[str, tuple[float | None, float | N
 
 def topic_rates_by_leader(history: History, window: float) -> dict[str, dict[str, float]]:
     """Messages per second of each topic's partitions, summed per leading broker: {broker: {topic: rate}}."""
-    leader = latest_by(history, "kdiag_kafka_partition_leader", "topic", "partition")
+    leader = latest_by(history, KAFKA_PARTITION_LEADER, "topic", "partition")
     out: dict[str, dict[str, float]] = {}
-    for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
+    for (topic, partition), r in rates_by(history, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, window,
                                           "topic", "partition").items():
         if (b := leader.get((topic, partition))) is not None:
             per = out.setdefault(str(int(b)), {})
@@ -253,17 +271,17 @@ def skew(per_broker: dict[str, float], brokers: int) -> tuple[float | None, str 
 def topic_signals(history: History, window: float) -> dict[str, Signals]:
     """Health, flush settings and leader and traffic balance per topic."""
     brokers = len(live_brokers(history))
-    gauges = {name: latest_per(history, f"kdiag_kafka_topic_{name}", "topic") for name in (
-        "partitions", "replication_factor", "under_replicated_partitions", "offline_partitions",
-        "under_min_isr_partitions")}
-    configs = latest_by(history, "kdiag_kafka_topic_config", "topic", "name")
-    overrides = latest_by(history, "kdiag_kafka_topic_config_override", "topic", "name")
+    gauges = {family.name.removeprefix("kdiag_kafka_topic_"): latest_per(history, family, "topic") for family in (
+        KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS,
+        KAFKA_TOPIC_OFFLINE_PARTITIONS, KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS)}
+    configs = latest_by(history, KAFKA_TOPIC_CONFIG, "topic", "name")
+    overrides = latest_by(history, KAFKA_TOPIC_CONFIG_OVERRIDE, "topic", "name")
     leaders: dict[str, dict[str, float]] = {}
-    for (topic, broker), n in latest_by(history, "kdiag_kafka_topic_broker_leaders", "topic", "broker_id").items():
+    for (topic, broker), n in latest_by(history, KAFKA_TOPIC_BROKER_LEADERS, "topic", "broker_id").items():
         leaders.setdefault(topic, {})[broker] = n
-    messages = rates_per(history, "kdiag_kafka_topic_log_end_offset_total", window, "topic")
+    messages = rates_per(history, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, window, "topic")
     by_partition: dict[str, dict[str, float]] = {}
-    for (topic, partition), r in rates_by(history, "kdiag_kafka_partition_log_end_offset_total", window,
+    for (topic, partition), r in rates_by(history, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, window,
                                           "topic", "partition").items():
         by_partition.setdefault(topic, {})[partition] = r
     by_leader: dict[str, dict[str, float]] = {}
@@ -312,12 +330,12 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
 def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     """Cluster-wide totals, for rules about one topic or broker to compare against."""
     brokers = live_brokers(history)
-    controller = latest_by(history, "kdiag_kafka_controller_id")
+    controller = latest_by(history, KAFKA_CONTROLLER_ID)
     if not brokers and not controller:
         return {}
 
-    seen = {labels.get("broker_id", "") for labels, _ in history.recent_series("kdiag_kafka_broker_info")}
-    seen |= {b for (b,) in latest_by(history, "kdiag_kafka_broker_expected", "broker_id")}
+    seen = {labels.get("broker_id", "") for labels, _ in history.recent_series(KAFKA_BROKER_INFO.name)}
+    seen |= {b for (b,) in latest_by(history, KAFKA_BROKER_EXPECTED, "broker_id")}
     missing = seen - set(brokers)
     return {"cluster": put(
         {"name": "cluster"},
@@ -326,12 +344,12 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
         missing_brokers=float(len(missing)),
         missing_broker_ids=on_brokers(missing) or "",
         controller_id=total(controller),
-        log_flushes_per_second=total(rates_by(history, "kdiag_kafka_log_flushes_total", window)),
-        bytes_in_per_second=total(rates_by(history, "kdiag_kafka_bytes_in_total", window)),
-        under_replicated_partitions=total(latest_by(history, "kdiag_kafka_topic_under_replicated_partitions")),
-        offline_partitions=total(latest_by(history, "kdiag_kafka_topic_offline_partitions")),
+        log_flushes_per_second=total(rates_by(history, KAFKA_LOG_FLUSHES_TOTAL, window)),
+        bytes_in_per_second=total(rates_by(history, KAFKA_BYTES_IN_TOTAL, window)),
+        under_replicated_partitions=total(latest_by(history, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS)),
+        offline_partitions=total(latest_by(history, KAFKA_TOPIC_OFFLINE_PARTITIONS)),
         log_flush_scheduler_interval_ms=min((v for (_, name), v in latest_by(
-            history, "kdiag_kafka_broker_config", "broker_id", "name").items()
+            history, KAFKA_BROKER_CONFIG, "broker_id", "name").items()
             if name == "log.flush.scheduler.interval.ms"), default=None),
     )}
 
@@ -350,24 +368,24 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
 })
 def group_signals(history: History, window: float) -> dict[str, Signals]:
     """Members, idle members, lag and its growth per consumer group."""
-    members = latest_per(history, "kdiag_kafka_consumergroup_members", "group")
-    idle = latest_per(history, "kdiag_kafka_consumergroup_idle_members", "group")
+    members = latest_per(history, KAFKA_CONSUMERGROUP_MEMBERS, "group")
+    idle = latest_per(history, KAFKA_CONSUMERGROUP_IDLE_MEMBERS, "group")
     lag: dict[str, float] = {}
     growth: dict[str, float] = {}
-    for labels, points, _ in history.series("kdiag_kafka_consumergroup_lag"):
+    for labels, points, _ in history.series(KAFKA_CONSUMERGROUP_LAG.name):
         group = labels.get("group", "")
         lag[group] = lag.get(group, 0.0) + points[-1][1]
         # Over minutes, not the signal window: the AdminClient reports lag every kafka.interval only.
         if (change := series_change(points, LAG_GROWTH_SECONDS)) and change[1] > 0:
             growth[group] = growth.get(group, 0.0) + change[0] / change[1]
-    stable = latest_per(history, "kdiag_kafka_consumergroup_stable", "group")
+    stable = latest_per(history, KAFKA_CONSUMERGROUP_STABLE, "group")
     churn: dict[str, list[float]] = {}
-    for name in ("kdiag_kafka_consumergroup_members", "kdiag_kafka_consumergroup_stable"):
-        for labels, points, _ in history.series(name):
+    for family in (KAFKA_CONSUMERGROUP_MEMBERS, KAFKA_CONSUMERGROUP_STABLE):
+        for labels, points, _ in history.series(family.name):
             if (changes := changes_per_minute(points, CHURN_SECONDS)) is not None:
                 churn.setdefault(labels.get("group", ""), []).append(changes)
-    lag_seconds = largest_per_group(history, "kdiag_consumer_lag_seconds")
-    catch_up_seconds = largest_per_group(history, "kdiag_consumer_catch_up_seconds")
+    lag_seconds = largest_per_group(history, CONSUMER_LAG_SECONDS)
+    catch_up_seconds = largest_per_group(history, CONSUMER_CATCH_UP_SECONDS)
     return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
                    lag_growth_per_second=growth.get(g), stable=stable.get(g),
                    membership_changes_per_minute=sum(churn[g]) if g in churn else None,
@@ -375,10 +393,10 @@ def group_signals(history: History, window: float) -> dict[str, Signals]:
             for g, n in sorted(members.items())}
 
 
-def largest_per_group(history: History, name: str) -> dict[str, float]:
+def largest_per_group(history: History, family: Family) -> dict[str, float]:
     """Per group, the largest latest value of a gauge over its topics."""
     out: dict[str, float] = {}
-    for labels, points, _ in history.series(name):
+    for labels, points, _ in history.series(family.name):
         group = labels.get("group", "")
         out[group] = max(out.get(group, -math.inf), points[-1][1])
     return out
@@ -416,13 +434,13 @@ def changes_per_minute(points: deque[tuple[float, float]], seconds: float) -> fl
 })
 def probe_signals(history: History, window: float) -> dict[str, Signals]:
     """The synthetic probe's latency, availability and loss per broker."""
-    produce = window_quantiles(history, "kdiag_probe_produce_latency_seconds", window, 0.99)
-    e2e = window_quantiles(history, "kdiag_probe_end_to_end_latency_seconds", window, 0.99)
-    availability = latest_per(history, "kdiag_probe_availability_ratio", "broker_id")
-    sent = rates_per(history, "kdiag_probe_messages_sent_total", window, "broker_id")
-    failed = rates_per(history, "kdiag_probe_messages_failed_total", window, "broker_id")
-    lost = rates_per(history, "kdiag_probe_messages_lost_total", window, "broker_id")
-    slo = next(iter(latest_by(history, "kdiag_probe_slo_seconds").values()), None)
+    produce = window_quantiles(history, PROBE_PRODUCE_LATENCY_SECONDS, window, 0.99)
+    e2e = window_quantiles(history, PROBE_END_TO_END_LATENCY_SECONDS, window, 0.99)
+    availability = latest_per(history, PROBE_AVAILABILITY_RATIO, "broker_id")
+    sent = rates_per(history, PROBE_MESSAGES_SENT_TOTAL, window, "broker_id")
+    failed = rates_per(history, PROBE_MESSAGES_FAILED_TOTAL, window, "broker_id")
+    lost = rates_per(history, PROBE_MESSAGES_LOST_TOTAL, window, "broker_id")
+    slo = next(iter(latest_by(history, PROBE_SLO_SECONDS).values()), None)
     out = {}
     for b in sorted(set(availability) | set(sent) | set(produce)):
         out[b] = put(

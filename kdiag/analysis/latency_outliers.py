@@ -12,8 +12,11 @@ from collections.abc import Iterable
 from kdiag.kafka import jvm_gc
 from kdiag.core.history import History, counter_increase
 from kdiag.analysis.signals import rates_by, ratio
+from kdiag.families.family import Family
+from kdiag.families.kafka import JVM_GC_COLLECTIONS_TOTAL, JVM_GC_COLLECTION_SECONDS_TOTAL
+from kdiag.families.probe import PROBE_END_TO_END_LATENCY_SECONDS, PROBE_PRODUCE_LATENCY_SECONDS
 
-PROBE_LATENCIES = ("kdiag_probe_produce_latency_seconds", "kdiag_probe_end_to_end_latency_seconds")
+PROBE_LATENCIES = (PROBE_PRODUCE_LATENCY_SECONDS, PROBE_END_TO_END_LATENCY_SECONDS)
 HISTORY_SLICES = 20  # past windows whose p99s make a broker's own baseline (10 minutes at the daemon's 30 s window)
 MIN_HISTORY_SLICES = 4
 GC_PAUSE_SECONDS = 300.0  # how far back the longest GC pause is looked for  # fewer past windows than this: no baseline yet
@@ -52,10 +55,10 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
     return lower
 
 
-def window_quantiles(history: History, name: str, window: float, q: float) -> dict[str, float]:
+def window_quantiles(history: History, family: Family, window: float, q: float) -> dict[str, float]:
     """Quantile per broker_id of the observations a histogram gained over the window."""
     increases: dict[str, dict[float, float]] = {}
-    for (broker, le), r in rates_by(history, f"{name}_bucket", window, "broker_id", "le").items():
+    for (broker, le), r in rates_by(history, family, window, "broker_id", "le", suffix="_bucket").items():
         increases.setdefault(broker, {})[float(le)] = r
     return {b: v for b, buckets in increases.items() if (v := histogram_quantile(q, buckets)) is not None}
 
@@ -72,7 +75,7 @@ def cumulative(points: Iterable[tuple[float, float]]) -> tuple[list[float], list
     return times, totals
 
 
-def slice_quantiles(history: History, name: str, window: float, q: float, slices: int) -> dict[str, list[float | None]]:
+def slice_quantiles(history: History, family: Family, window: float, q: float, slices: int) -> dict[str, list[float | None]]:
     """Per broker_id, the quantile of each of the last `slices` windows of a histogram, newest first (None: no
     observation in that window)."""
     now = history.latest_time
@@ -80,7 +83,7 @@ def slice_quantiles(history: History, name: str, window: float, q: float, slices
         return {}
     ends = [now - i * window for i in range(slices)]
     per: dict[str, list[dict[float, float]]] = {}
-    for labels, points, _ in history.series(f"{name}_bucket"):
+    for labels, points, _ in history.series(f"{family.name}_bucket"):
         times, totals = cumulative(points)
         le = float(labels.get("le", "nan"))
         buckets = per.setdefault(labels.get("broker_id", ""), [{} for _ in ends])
@@ -96,8 +99,8 @@ def probe_outliers(history: History, window: float) -> dict[str, dict[str, float
     """Per broker: its probe p99 now, its peers' median and its own past lower quartile, and its ratios to them; of
     produce and end to end, the one with the larger ratio to its peers."""
     out: dict[str, dict[str, float]] = {}
-    for name in PROBE_LATENCIES:
-        windows = slice_quantiles(history, name, window, 0.99, HISTORY_SLICES + 1)
+    for family in PROBE_LATENCIES:
+        windows = slice_quantiles(history, family, window, 0.99, HISTORY_SLICES + 1)
         now = {b: w[0] for b, w in windows.items() if w[0] is not None}
         for b, p99 in now.items():
             peers = [v for other, v in now.items() if other != b]
@@ -136,9 +139,9 @@ def longest_gc_pauses(history: History, seconds: float = GC_PAUSE_SECONDS) -> di
     """Per broker, the longest mean stop-the-world pause between two JMX reads in the last `seconds`: collection time
     gained over collections gained, exact when one collection fell between the reads, else a lower bound."""
     counts = {(labels.get("broker_id", ""), labels.get("gc", "")): dict(points)
-              for labels, points, _ in history.series("kdiag_jvm_gc_collections_total")}
+              for labels, points, _ in history.series(JVM_GC_COLLECTIONS_TOTAL.name)}
     out: dict[str, float] = {}
-    for labels, points, _ in history.series("kdiag_jvm_gc_collection_seconds_total"):
+    for labels, points, _ in history.series(JVM_GC_COLLECTION_SECONDS_TOTAL.name):
         key = (labels.get("broker_id", ""), labels.get("gc", ""))
         if not jvm_gc.pauses(key[1]) or key not in counts:
             continue

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from kdiag.core.history import History
 from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_per, ratio, subject
+from kdiag.families.kafka import KAFKA_NETWORK_PROCESSOR_IDLE_RATIO, KAFKA_REQUEST_HANDLER_IDLE_RATIO
+from kdiag.families.process import (
+    LOADGEN_BATCH_RECORDS, LOADGEN_BATCH_SIZE_BYTES, LOADGEN_BATCH_SIZE_LIMIT_BYTES,
+    LOADGEN_BROKER_PRODUCE_REQUESTS_TOTAL, LOADGEN_BROKER_REQUESTS_TOTAL, LOADGEN_BROKER_REQUEST_BYTES_TOTAL,
+    LOADGEN_BROKER_RTT_SECONDS, LOADGEN_CPU_SECONDS_TOTAL, LOADGEN_INFO, LOADGEN_LATENCY_SECONDS,
+    LOADGEN_LINGER_SECONDS, LOADGEN_QUEUE_FILL_RATIO, LOADGEN_RECORDS_ACKED_TOTAL, LOADGEN_RECORDS_FAILED_TOTAL,
+    LOADGEN_RECORD_SIZE_BYTES, LOADGEN_THREADS,
+)
 
 
 def _max_per_pid(values: dict[tuple[str, ...], float]) -> dict[str, float]:
@@ -36,22 +44,22 @@ def _max_per_pid(values: dict[tuple[str, ...], float]) -> dict[str, float]:
 })
 def loadgen_signals(history: History, window: float) -> dict[str, Signals]:
     """Pace, CPU, queue fill and batching per load generator process, with the brokers' idleness beside them."""
-    acked = rates_per(history, "kdiag_loadgen_records_acked_total", window, "pid")
-    failed = rates_per(history, "kdiag_loadgen_records_failed_total", window, "pid")
-    cpu = rates_per(history, "kdiag_loadgen_cpu_seconds_total", window, "pid")
-    produce_requests = rates_per(history, "kdiag_loadgen_broker_produce_requests_total", window, "pid")
-    requests = rates_per(history, "kdiag_loadgen_broker_requests_total", window, "pid")
-    request_bytes = rates_per(history, "kdiag_loadgen_broker_request_bytes_total", window, "pid")
-    rtt = _max_per_pid({k: v for k, v in latest_by(history, "kdiag_loadgen_broker_rtt_seconds", "pid", "broker_id",
+    acked = rates_per(history, LOADGEN_RECORDS_ACKED_TOTAL, window, "pid")
+    failed = rates_per(history, LOADGEN_RECORDS_FAILED_TOTAL, window, "pid")
+    cpu = rates_per(history, LOADGEN_CPU_SECONDS_TOTAL, window, "pid")
+    produce_requests = rates_per(history, LOADGEN_BROKER_PRODUCE_REQUESTS_TOTAL, window, "pid")
+    requests = rates_per(history, LOADGEN_BROKER_REQUESTS_TOTAL, window, "pid")
+    request_bytes = rates_per(history, LOADGEN_BROKER_REQUEST_BYTES_TOTAL, window, "pid")
+    rtt = _max_per_pid({k: v for k, v in latest_by(history, LOADGEN_BROKER_RTT_SECONDS, "pid", "broker_id",
                                                    "quantile").items() if k[2] == "0.99"})
-    latency = latest_by(history, "kdiag_loadgen_latency_seconds", "pid", "quantile")
-    gauges = {name: latest_per(history, f"kdiag_loadgen_{name}", "pid") for name in (
-        "queue_fill_ratio", "batch_size_bytes", "batch_records", "linger_seconds", "batch_size_limit_bytes",
-        "record_size_bytes", "threads")}
-    handler_idle = latest_per(history, "kdiag_kafka_request_handler_idle_ratio", "broker_id")
-    network_idle = latest_per(history, "kdiag_kafka_network_processor_idle_ratio", "broker_id")
+    latency = latest_by(history, LOADGEN_LATENCY_SECONDS, "pid", "quantile")
+    gauges = {family.name.removeprefix("kdiag_loadgen_"): latest_per(history, family, "pid") for family in (
+        LOADGEN_QUEUE_FILL_RATIO, LOADGEN_BATCH_SIZE_BYTES, LOADGEN_BATCH_RECORDS, LOADGEN_LINGER_SECONDS,
+        LOADGEN_BATCH_SIZE_LIMIT_BYTES, LOADGEN_RECORD_SIZE_BYTES, LOADGEN_THREADS)}
+    handler_idle = latest_per(history, KAFKA_REQUEST_HANDLER_IDLE_RATIO, "broker_id")
+    network_idle = latest_per(history, KAFKA_NETWORK_PROCESSOR_IDLE_RATIO, "broker_id")
     out = {}
-    for labels, _, _ in history.series("kdiag_loadgen_info"):
+    for labels, _, _ in history.series(LOADGEN_INFO.name):
         pid = labels["pid"]
         out[pid] = put(
             {"name": f"pid {pid} kdiag bench", "topic": labels.get("topic", "")},

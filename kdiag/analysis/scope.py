@@ -8,10 +8,11 @@ from kdiag.analysis.engine import Diagnosis
 from kdiag.core.sample import Sample
 from kdiag.kafka.coordination import Reporting
 from kdiag.kafka.coordination_records import Member
+from kdiag.families.kafka import KAFKA_CLUSTER_INFO
 
 # Series about the cluster or its brokers (AdminClient, broker JMX with its JVM, the probe): they carry `cluster`.
 KAFKA_PREFIXES = ("kdiag_kafka_", "kdiag_consumer_", "kdiag_jvm_", "kdiag_probe_", "kdiag_coordination_")
-CLUSTER_INFO = "kdiag_kafka_cluster_info"
+CLUSTER_INFO = KAFKA_CLUSTER_INFO
 
 
 def cluster_of(samples: list[Sample], configured: str, last: str) -> str:
@@ -19,7 +20,7 @@ def cluster_of(samples: list[Sample], configured: str, last: str) -> str:
     if configured:
         return configured
     for s in samples:
-        if s.name == CLUSTER_INFO:
+        if s.name == CLUSTER_INFO.name:
             return dict(s.labels).get("cluster_id") or last
     return last
 

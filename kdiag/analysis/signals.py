@@ -13,6 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kdiag.core.history import History, window_rate
+from kdiag.families.family import Family
+from kdiag.families.host import (
+    CPU_SECONDS_TOTAL, MEMORY_CACHED_BYTES, MEMORY_MEMAVAILABLE_BYTES, MEMORY_MEMTOTAL_BYTES, MEMORY_SWAPFREE_BYTES,
+    MEMORY_SWAPTOTAL_BYTES, SOFTIRQS_TOTAL, SOFTNET_DROPPED_TOTAL, SOFTNET_TIMES_SQUEEZED_TOTAL, SYSCTL,
+    VMSTAT_PSWPIN_TOTAL, VMSTAT_PSWPOUT_TOTAL,
+)
+from kdiag.families.network import NETSTAT_TCP_OUTSEGS_TOTAL, NETSTAT_TCP_RETRANSSEGS_TOTAL, NETWORK_QUEUES
+from kdiag.families.process import PROCESS_IS_BROKER
 
 Signals = dict[str, float | str]
 SubjectFunction = Callable[[History, float], dict[str, Signals]]
@@ -40,11 +48,12 @@ def subject(kind: str, schema: dict[str, str]) -> Callable[[SubjectFunction], Su
     return register
 
 
-def rates_by(history: History, name: str, window: float, *label_names: str,
-             where: dict[str, str] | None = None) -> dict[tuple[str, ...], float]:
-    """Per-second rates of every series of one counter (those with the `where` labels), summed per value of label_names."""
+def rates_by(history: History, family: Family, window: float, *label_names: str,
+             where: dict[str, str] | None = None, suffix: str = "") -> dict[tuple[str, ...], float]:
+    """Per-second rates of every series of one counter (or a histogram's `suffix` series; those with the `where`
+    labels), summed per value of label_names."""
     out: dict[tuple[str, ...], float] = {}
-    for labels, points, kind in history.series(name):
+    for labels, points, kind in history.series(family.name + suffix):
         if where and any(labels.get(k) != v for k, v in where.items()):
             continue
         r = window_rate(points, window, kind)
@@ -54,19 +63,19 @@ def rates_by(history: History, name: str, window: float, *label_names: str,
     return out
 
 
-def latest_by(history: History, name: str, *label_names: str) -> dict[tuple[str, ...], float]:
+def latest_by(history: History, family: Family, *label_names: str) -> dict[tuple[str, ...], float]:
     """Latest value of every series of one gauge, keyed by the given labels."""
-    return {tuple(labels.get(n, "") for n in label_names): pts[-1][1] for labels, pts, _ in history.series(name)}
+    return {tuple(labels.get(n, "") for n in label_names): pts[-1][1] for labels, pts, _ in history.series(family.name)}
 
 
-def rates_per(history: History, name: str, window: float, label: str, where: dict[str, str] | None = None) -> dict[str, float]:
+def rates_per(history: History, family: Family, window: float, label: str, where: dict[str, str] | None = None) -> dict[str, float]:
     """Per-second rates of one counter (those with the `where` labels) summed per value of one label."""
-    return {k[0]: v for k, v in rates_by(history, name, window, label, where=where).items()}
+    return {k[0]: v for k, v in rates_by(history, family, window, label, where=where).items()}
 
 
-def latest_per(history: History, name: str, label: str) -> dict[str, float]:
+def latest_per(history: History, family: Family, label: str) -> dict[str, float]:
     """Latest values of one gauge keyed by one label."""
-    return {k[0]: v for k, v in latest_by(history, name, label).items()}
+    return {k[0]: v for k, v in latest_by(history, family, label).items()}
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -84,7 +93,7 @@ def put(signals: Signals, **values: float | str | None) -> Signals:
 
 def cpu_mode_rates(history: History, window: float) -> dict[str, dict[str, float]]:
     """CPU seconds per second by cpu and mode (shared by the cpu and host subjects: do not change the result)."""
-    history.note_read("kdiag_cpu_seconds_total")  # the second caller gets the cached result without reading
+    history.note_read(CPU_SECONDS_TOTAL.name)  # the second caller gets the cached result without reading
     return _cpu_mode_rates(history, window, history.latest_time)
 
 
@@ -92,7 +101,7 @@ def cpu_mode_rates(history: History, window: float) -> dict[str, dict[str, float
 def _cpu_mode_rates(history: History, window: float, _at: float | None) -> dict[str, dict[str, float]]:
     # Asked twice per cycle (cpu and host subjects); 1,024 series on a 128-CPU host.
     out: dict[str, dict[str, float]] = {}
-    for (cpu, mode), r in rates_by(history, "kdiag_cpu_seconds_total", window, "cpu", "mode").items():
+    for (cpu, mode), r in rates_by(history, CPU_SECONDS_TOTAL, window, "cpu", "mode").items():
         out.setdefault(cpu, {})[mode] = r
     return out
 
@@ -143,9 +152,9 @@ def series_change(points: deque[tuple[float, float]], seconds: float) -> tuple[f
     return points[-1][1] - start, points[-1][0] - start_t
 
 
-def change_over(history: History, name: str, seconds: float) -> float | None:
+def change_over(history: History, family: Family, seconds: float) -> float | None:
     """Latest value minus the oldest value within the last `seconds` of one unlabelled gauge."""
-    for _, points, _ in history.series(name):
+    for _, points, _ in history.series(family.name):
         change = series_change(points, seconds)
         return change[0] if change else None
     return None
@@ -183,12 +192,12 @@ def change_over(history: History, name: str, seconds: float) -> float | None:
 def host_signals(history: History, window: float) -> dict[str, Signals]:
     """Host-wide CPU, softirq, swap, page cache and TCP signals."""
     cpus = cpu_mode_rates(history, window)
-    net_rx = rates_per(history, "kdiag_softirqs_total", window, "cpu", where={"type": "NET_RX"})
+    net_rx = rates_per(history, SOFTIRQS_TOTAL, window, "cpu", where={"type": "NET_RX"})
     cpu0_net_rx, top_net_rx, top_cpu = shares(net_rx)
-    swap_total = total(latest_by(history, "kdiag_memory_SwapTotal_bytes"))
-    swap_free = total(latest_by(history, "kdiag_memory_SwapFree_bytes"))
-    out_segs = total(rates_by(history, "kdiag_netstat_Tcp_OutSegs_total", window))
-    sysctl = latest_by(history, "kdiag_sysctl", "name")
+    swap_total = total(latest_by(history, MEMORY_SWAPTOTAL_BYTES))
+    swap_free = total(latest_by(history, MEMORY_SWAPFREE_BYTES))
+    out_segs = total(rates_by(history, NETSTAT_TCP_OUTSEGS_TOTAL, window))
+    sysctl = latest_by(history, SYSCTL, "name")
     s: Signals = {"name": "host"}
     put(
         s,
@@ -198,28 +207,28 @@ def host_signals(history: History, window: float) -> dict[str, Signals]:
         net_rx_top_cpu_share=top_net_rx,
         net_rx_top_cpu=top_cpu,
         net_rx_softirqs_per_second=sum(net_rx.values()) if net_rx else None,
-        swap_in_pages_per_second=total(rates_by(history, "kdiag_vmstat_pswpin_total", window)),
-        swap_out_pages_per_second=total(rates_by(history, "kdiag_vmstat_pswpout_total", window)),
+        swap_in_pages_per_second=total(rates_by(history, VMSTAT_PSWPIN_TOTAL, window)),
+        swap_out_pages_per_second=total(rates_by(history, VMSTAT_PSWPOUT_TOTAL, window)),
         swap_total_bytes=swap_total,
         swap_used_bytes=None if swap_total is None or swap_free is None else swap_total - swap_free,
         swappiness=one(sysctl, "vm.swappiness"),
         dirty_ratio=one(sysctl, "vm.dirty_ratio"),
         dirty_background_ratio=one(sysctl, "vm.dirty_background_ratio"),
-        broker_processes=total(latest_by(history, "kdiag_process_is_broker", "pid")),
-        memory_total_bytes=total(latest_by(history, "kdiag_memory_MemTotal_bytes")),
+        broker_processes=total(latest_by(history, PROCESS_IS_BROKER, "pid")),
+        memory_total_bytes=total(latest_by(history, MEMORY_MEMTOTAL_BYTES)),
         busy_share=ratio(sum(sum(m.values()) - m.get("idle", 0.0) - m.get("iowait", 0.0) for m in cpus.values()),
                          sum(sum(m.values()) for m in cpus.values())),
         rmem_max=one(sysctl, "net.core.rmem_max"),
         wmem_max=one(sysctl, "net.core.wmem_max"),
-        nic_rx_queues_max=max((n for (dev, direction), n in latest_by(history, "kdiag_network_queues", "device", "direction").items()
+        nic_rx_queues_max=max((n for (dev, direction), n in latest_by(history, NETWORK_QUEUES, "device", "direction").items()
                                if direction == "rx" and dev != "lo"), default=None),
-        page_cache_bytes=total(latest_by(history, "kdiag_memory_Cached_bytes")),
-        page_cache_change_bytes=change_over(history, "kdiag_memory_Cached_bytes", 300.0),
-        memory_available_bytes=total(latest_by(history, "kdiag_memory_MemAvailable_bytes")),
+        page_cache_bytes=total(latest_by(history, MEMORY_CACHED_BYTES)),
+        page_cache_change_bytes=change_over(history, MEMORY_CACHED_BYTES, 300.0),
+        memory_available_bytes=total(latest_by(history, MEMORY_MEMAVAILABLE_BYTES)),
         tcp_out_segments_per_second=out_segs,
-        tcp_retransmit_ratio=ratio(total(rates_by(history, "kdiag_netstat_Tcp_RetransSegs_total", window)), out_segs),
-        softnet_dropped_per_second=total(rates_by(history, "kdiag_softnet_dropped_total", window)),
-        softnet_squeezed_per_second=total(rates_by(history, "kdiag_softnet_times_squeezed_total", window)),
+        tcp_retransmit_ratio=ratio(total(rates_by(history, NETSTAT_TCP_RETRANSSEGS_TOTAL, window)), out_segs),
+        softnet_dropped_per_second=total(rates_by(history, SOFTNET_DROPPED_TOTAL, window)),
+        softnet_squeezed_per_second=total(rates_by(history, SOFTNET_TIMES_SQUEEZED_TOTAL, window)),
         steal_share=ratio(sum(m.get("steal", 0.0) for m in cpus.values()), sum(sum(m.values()) for m in cpus.values())),
     )
     return {"host": s}

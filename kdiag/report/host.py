@@ -8,15 +8,23 @@ from kdiag.core.sample import Sample
 from kdiag.kafka.jars import KAFKA_JAR
 from kdiag.report.plots import clock, formatted, shown
 from kdiag.runtime.pipeline import State
+from kdiag.families.family import Family
+from kdiag.families.host import (
+    CPU_SECONDS_TOTAL, MEMORY_MEMAVAILABLE_BYTES, MEMORY_MEMTOTAL_BYTES, MEMORY_SWAPTOTAL_BYTES,
+)
+from kdiag.families.kafka import KAFKA_BROKERS, KAFKA_CONTROLLER_ID
+from kdiag.families.network import NETWORK_MTU_BYTES, NETWORK_QUEUES, NETWORK_SPEED_BYTES, NETWORK_UP
+from kdiag.families.process import KAFKA_LOG_DIR_INFO, PROCESS_INFO, PROCESS_IS_BROKER
+from kdiag.families.storage import BLOCK_ROTATIONAL, FILESYSTEM_INFO, FILESYSTEM_NOATIME
 
 
 
-def _by(samples: list[Sample], name: str) -> list[Sample]:
-    return [s for s in samples if s.name == name]
+def _by(samples: list[Sample], family: Family) -> list[Sample]:
+    return [s for s in samples if s.name == family.name]
 
 
-def _one(samples: list[Sample], name: str, **labels: str) -> float | None:
-    return next((s.value for s in samples if s.name == name and all(dict(s.labels).get(k) == v
+def _one(samples: list[Sample], family: Family, **labels: str) -> float | None:
+    return next((s.value for s in samples if s.name == family.name and all(dict(s.labels).get(k) == v
                                                                     for k, v in labels.items())), None)
 
 
@@ -31,8 +39,8 @@ def _table(head: list[str], rows: list[list[str]], cls: str) -> str:
 
 def version_on_cmdline(samples: list[Sample]) -> str:
     """The local broker's Kafka version from its class path, '' when its command line does not name it."""
-    brokers = {dict(s.labels).get("pid") for s in _by(samples, "kdiag_process_is_broker") if s.value}
-    for s in _by(samples, "kdiag_process_info"):
+    brokers = {dict(s.labels).get("pid") for s in _by(samples, PROCESS_IS_BROKER) if s.value}
+    for s in _by(samples, PROCESS_INFO):
         labels = dict(s.labels)
         if labels.get("pid") in brokers and (m := KAFKA_JAR.search(labels.get("cmdline", ""))):
             return m.group(1)
@@ -40,15 +48,15 @@ def version_on_cmdline(samples: list[Sample]) -> str:
 
 
 def _nics(samples: list[Sample]) -> list[list[str]]:
-    devices = sorted({dict(s.labels)["device"] for s in _by(samples, "kdiag_network_speed_bytes")
-                      + _by(samples, "kdiag_network_queues") + _by(samples, "kdiag_network_up")})
+    devices = sorted({dict(s.labels)["device"] for s in _by(samples, NETWORK_SPEED_BYTES)
+                      + _by(samples, NETWORK_QUEUES) + _by(samples, NETWORK_UP)})
     rows = []
     for d in devices:
-        speed = _one(samples, "kdiag_network_speed_bytes", device=d)
-        queues = [f"{dict(s.labels).get('direction', '')} {s.value:.0f}" for s in _by(samples, "kdiag_network_queues")
+        speed = _one(samples, NETWORK_SPEED_BYTES, device=d)
+        queues = [f"{dict(s.labels).get('direction', '')} {s.value:.0f}" for s in _by(samples, NETWORK_QUEUES)
                   if dict(s.labels)["device"] == d]
-        up = _one(samples, "kdiag_network_up", device=d)
-        mtu = _one(samples, "kdiag_network_mtu_bytes", device=d)
+        up = _one(samples, NETWORK_UP, device=d)
+        mtu = _one(samples, NETWORK_MTU_BYTES, device=d)
         rows.append([shown(d), "unknown" if speed is None else f"{speed * 8 / 1e9:.3g} Gbit/s",
                      shown(", ".join(queues) or "unknown"), "?" if up is None else ("up" if up else "down"),
                      "?" if mtu is None else f"{mtu:.0f}"])
@@ -56,15 +64,15 @@ def _nics(samples: list[Sample]) -> list[list[str]]:
 
 
 def _disks(samples: list[Sample]) -> list[list[str]]:
-    filesystems = {dict(s.labels).get("mountpoint"): dict(s.labels) for s in _by(samples, "kdiag_filesystem_info")}
+    filesystems = {dict(s.labels).get("mountpoint"): dict(s.labels) for s in _by(samples, FILESYSTEM_INFO)}
     rows = []
-    for s in _by(samples, "kdiag_kafka_log_dir_info"):
+    for s in _by(samples, KAFKA_LOG_DIR_INFO):
         labels = dict(s.labels)
         device = labels.get("device", "")
-        rotational = _one(samples, "kdiag_block_rotational", device=device)
+        rotational = _one(samples, BLOCK_ROTATIONAL, device=device)
         media = "unknown" if rotational is None else ("rotating (HDD)" if rotational else "solid state")
         fs = filesystems.get(labels.get("mountpoint"), {})
-        noatime = _one(samples, "kdiag_filesystem_noatime", mountpoint=labels.get("mountpoint", ""))
+        noatime = _one(samples, FILESYSTEM_NOATIME, mountpoint=labels.get("mountpoint", ""))
         mount = f"{fs.get('fstype', '?')} on {fs.get('device', '?')}" + (", noatime" if noatime else "")
         rows.append([shown(labels.get("path", "")), shown(device), media, shown(labels.get("mountpoint", "")),
                      shown(mount)])
@@ -73,14 +81,14 @@ def _disks(samples: list[Sample]) -> list[list[str]]:
 
 def _broker(state: State, classpath_version: str) -> str:
     samples = state.samples
-    controller = _one(samples, "kdiag_kafka_controller_id")
+    controller = _one(samples, KAFKA_CONTROLLER_ID)
     if state.local_broker is None:
         who = "no local broker found"
     else:
         role = "broker, active controller" if controller == state.local_broker else "broker"
         who = f"id {state.local_broker}, {role}"
     version = version_on_cmdline(samples) or classpath_version or "unknown (its jars are not on the command line or class path)"
-    count = _one(samples, "kdiag_kafka_brokers")
+    count = _one(samples, KAFKA_BROKERS)
     facts = [shown(who), f"Kafka {shown(version)}"]
     if state.cluster:
         facts.append(f"cluster {shown(state.cluster)}")
@@ -102,10 +110,10 @@ def host_section(state: State, kafka_version: str = "", off: Sequence[str] = ())
     """The host, its broker (the Kafka version from its command line, else `kafka_version`) and its collectors (those
     `off` listed as off) as HTML (every outside string escaped)."""
     samples = state.samples
-    cpus = {dict(s.labels).get("cpu") for s in _by(samples, "kdiag_cpu_seconds_total")} - {None, "", "all"}
-    total = _one(samples, "kdiag_memory_MemTotal_bytes")
-    available = _one(samples, "kdiag_memory_MemAvailable_bytes")
-    swap = _one(samples, "kdiag_memory_SwapTotal_bytes")
+    cpus = {dict(s.labels).get("cpu") for s in _by(samples, CPU_SECONDS_TOTAL)} - {None, "", "all"}
+    total = _one(samples, MEMORY_MEMTOTAL_BYTES)
+    available = _one(samples, MEMORY_MEMAVAILABLE_BYTES)
+    swap = _one(samples, MEMORY_SWAPTOTAL_BYTES)
     memory = "unknown" if total is None else formatted("bytes", total) + (
         f" ({formatted('bytes', available)} available)" if available is not None else "") + (
         f", swap {formatted('bytes', swap)}" if swap else ", no swap")
