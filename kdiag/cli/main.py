@@ -239,6 +239,24 @@ def cmd_rules_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_metrics_doc(args: argparse.Namespace) -> int:
+    """`kdiag metrics doc`: docs/METRICS.md from the declared families and the collectors emitting them."""
+    from kdiag.collectors.registry import discover
+    from kdiag.core.outfile import write_output
+    from kdiag.families.doc import metrics_markdown
+    from kdiag.families.family import Family
+
+    emitted_by: dict[str, list[str]] = {}
+    for name, registration in sorted(discover().items()):
+        for family in registration.families:
+            if isinstance(family, Family):
+                emitted_by.setdefault(family.name, []).append(name)
+    write_output(args.output, metrics_markdown(emitted_by))
+    if args.output != "-":
+        print(f"wrote {args.output}")
+    return 0
+
+
 def cmd_fleet_key(args: argparse.Namespace) -> int:
     """`kdiag fleet key -o FILE`: a new fleet key."""
     from kdiag.kafka.fleet_key import write_key
@@ -305,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="where to write (only with a single target)")
     p.add_argument("--runbook-base", default=alerts.RUNBOOK_BASE, help="URL of docs/RULES.md that runbook_url links into")
     p.set_defaults(func=cmd_rules_export)
+
+    metrics = sub.add_parser("metrics", help="the metric families kdiag exports")
+    metrics_sub = metrics.add_subparsers(dest="metrics_command", required=True)
+    p = metrics_sub.add_parser("doc", help="write the metrics reference (every family: type, unit, labels, help)")
+    p.add_argument("-o", "--output", default="docs/METRICS.md", help="where to write (default docs/METRICS.md; - for stdout)")
+    p.set_defaults(func=cmd_metrics_doc)
 
     fleet = sub.add_parser("fleet", help="the daemons of one cluster: their shared coordination key")
     fleet_sub = fleet.add_subparsers(dest="fleet_command", required=True)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast
 
 from kdiag.collectors import Collector
 from kdiag.config.settings import Config, ConfigError
+from kdiag.families.family import Family, FamilyPattern
 
 C = TypeVar("C", bound=type[Collector])
 T = TypeVar("T")
@@ -51,6 +52,7 @@ class Registration:
     default: Callable[[Config], bool]  # on when `collectors:` does not name it
     kafka_source: str  # the kafka.json state it reads ("admin", "jmx"); empty for a host collector
     after: tuple[str, ...]  # collectors that must run before it in a cycle (it reads what they leave)
+    families: tuple[Family | FamilyPattern, ...]  # what it emits
 
 
 REGISTERED: dict[str, Registration] = {}
@@ -65,7 +67,7 @@ def registered(default: Callable[[Config], bool] = always, kafka_source: str = "
             raise ValueError(f"collector {name!r} is registered twice")
         from_config = getattr(cls, "from_config", None)
         build = from_config if from_config is not None else (lambda config, shared: cls())
-        REGISTERED[name] = Registration(name, build, default, kafka_source, after)
+        REGISTERED[name] = Registration(name, build, default, kafka_source, after, cls.families)
         return cls
     return register
 

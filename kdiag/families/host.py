@@ -1,4 +1,5 @@
-"""Host families: CPU, interrupts, softirqs, the network stack's per-CPU queues, load, scheduler waits, sysctls, vmstat and meminfo."""
+"""Host families: CPU, interrupts, softirqs, the network stack's per-CPU queues, load, scheduler waits, sysctls,
+vmstat and meminfo."""
 
 from __future__ import annotations
 
@@ -77,6 +78,10 @@ MEMORY_MEMTOTAL_BYTES = gauge("kdiag_memory_MemTotal_bytes", "Memory information
 MEMORY_SWAPFREE_BYTES = gauge("kdiag_memory_SwapFree_bytes", "Memory information field SwapFree.")
 MEMORY_SWAPTOTAL_BYTES = gauge("kdiag_memory_SwapTotal_bytes", "Memory information field SwapTotal.")
 MEMORY_WRITEBACK_BYTES = gauge("kdiag_memory_Writeback_bytes", "Memory information field Writeback.")
+MEMINFO = (
+    MEMORY_CACHED_BYTES, MEMORY_DIRTY_BYTES, MEMORY_MEMAVAILABLE_BYTES, MEMORY_MEMFREE_BYTES, MEMORY_MEMTOTAL_BYTES,
+    MEMORY_SWAPFREE_BYTES, MEMORY_SWAPTOTAL_BYTES, MEMORY_WRITEBACK_BYTES,
+)
 MEMORY_BYTES = pattern("kdiag_memory_", "_bytes", GAUGE, "Memory information field {key}.")
 MEMORY_COUNT = pattern("kdiag_memory_", "", GAUGE, "Memory information field {key}.")
 SOFTNET = keyed("kdiag_softnet_", "_total", SOFTNET_PROCESSED_TOTAL, SOFTNET_DROPPED_TOTAL, SOFTNET_TIMES_SQUEEZED_TOTAL)

@@ -10,7 +10,7 @@ from kdiag.core.procfs import lines, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.families.family import Family
-from kdiag.families.host import MEMORY_BYTES, MEMORY_COUNT
+from kdiag.families.host import MEMINFO, MEMORY_BYTES, MEMORY_COUNT
 
 SOURCE = "/proc/meminfo"
 
@@ -38,7 +38,7 @@ class MeminfoCollector(Collector):
     """Every /proc/meminfo field: kernels differ, so the fields beyond the declared ones are families of a pattern."""
 
     name = "meminfo"
-    families = (MEMORY_BYTES, MEMORY_COUNT)
+    families = (*MEMINFO, MEMORY_BYTES, MEMORY_COUNT)
 
     def collect(self, root: Root) -> list[Sample]:
         """One gauge per /proc/meminfo line."""

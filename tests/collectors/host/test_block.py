@@ -5,10 +5,10 @@ import pytest
 from tests.collectors.golden import assert_golden, fixture_root
 
 from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
-
-SKIPPED = COLLECTOR_SKIPPED_ENTRIES.name
 from kdiag.collectors.host.block import BlockCollector, parse_rotational, parse_scheduler
 from kdiag.core.blockdev import disks_behind
+
+SKIPPED = COLLECTOR_SKIPPED_ENTRIES.name
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "old-kernel", "storage-host"])

@@ -5,9 +5,9 @@ import pytest
 from tests.collectors.golden import assert_golden, fixture_root
 
 from kdiag.families.own import COLLECTOR_SKIPPED_ENTRIES
+from kdiag.collectors.host.netclass import NetclassCollector, speed_bytes
 
 SKIPPED = COLLECTOR_SKIPPED_ENTRIES.name
-from kdiag.collectors.host.netclass import NetclassCollector, speed_bytes
 
 
 @pytest.mark.parametrize("variant", ["host-vm2", "many-core", "bonded-host"])

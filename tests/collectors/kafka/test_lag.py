@@ -15,11 +15,11 @@ from kdiag.analysis.kafka_signals import catch_up, group_signals
 from kdiag.analysis.scope import with_cluster
 from kdiag.collectors.kafka.lag import LagClock, time_at_offset
 from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS
-
-LAG_SECONDS, CATCH_UP = CONSUMER_LAG_SECONDS.name, CONSUMER_CATCH_UP_SECONDS.name
 from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
 from kdiag.core.history import History
 from kdiag.core.sample import GAUGE, sample
+
+LAG_SECONDS, CATCH_UP = CONSUMER_LAG_SECONDS.name, CONSUMER_CATCH_UP_SECONDS.name
 
 # A topic written at 10 messages/s, fetched every 10 s from t=1000.
 STEADY = [(1000.0 + 10 * i, 100.0 * i) for i in range(10)]
