@@ -15,7 +15,7 @@ from kdiag.collectors.host.mounts import device_for_path, parse_mounts
 from kdiag.core.redact import MASKED, OFF, cmdline_label
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
-from kdiag.core.trust import trusted_uids
+from kdiag.core.brokertrust import BrokerTrust
 from kdiag.collectors import Collector
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
@@ -127,7 +127,7 @@ class ProcessesCollector(Collector):
         self.cmdline = cmdline  # processes.cmdline: masked | full | off
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
-        self.table = table or ProcessTable(owners=trusted_uids(broker_user)[0])
+        self.table = table or ProcessTable(trust=BrokerTrust(broker_user))
         self._discovered: list[str] = []
         self._discovered_at = -math.inf
         self._brokers: set[tuple[int, int]] = set()
