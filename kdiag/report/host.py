@@ -86,7 +86,9 @@ def _broker(state: State, classpath_version: str) -> str:
         facts.append(f"cluster {shown(state.cluster)}")
     if count is not None:
         facts.append(f"{count:.0f} brokers" + ("" if controller is None else f", controller {controller:.0f}"))
-    return f"<p>{'; '.join(facts)}</p>"
+    refused = "".join(f"<li>pid {r['pid']} ({shown(r['comm'])}) is not taken for a broker: {shown(r['why'])}</li>"
+                      for r in state.refused_brokers())
+    return f"<p>{'; '.join(facts)}</p>" + (f'<ul class="refused">{refused}</ul>' if refused else "")
 
 
 def _health(state: State, off: Sequence[str]) -> list[list[str]]:

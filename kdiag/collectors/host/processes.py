@@ -34,6 +34,7 @@ HELP = {
     "kdiag_process_open_fds": "Open file descriptors of the process.",
     "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
     "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
+    "kdiag_process_broker_refused": "A kafka.Kafka process the trust rule does not take for a broker, and why, value 1.",
     "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
     "kdiag_process_jvm_max_heap_bytes": "The JVM's heap ceiling (-Xmx) from its command line.",
     "kdiag_process_is_load_generator": "Whether the process runs a Kafka perf-test tool (1) or not (0).",
@@ -113,7 +114,7 @@ def top_cpu(readings: list[Reading], top_n: int) -> list[Process]:
 class ProcessesCollector(Collector):
     """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir.
 
-    Only root's and broker_user's kafka.Kafka processes are brokers: another user's is an ordinary process. The
+    The kafka.Kafka processes kdiag.core.brokertrust trusts are brokers: a refused one is an ordinary process. The
     processes read each cycle are ProcessTable's (the moving ones, new pids, the whole table now and then);
     `table.brokers()` gives the brokers to other collectors at no cost.
     """
@@ -166,6 +167,10 @@ class ProcessesCollector(Collector):
             if is_load_generator(p.argv) and (ticks := gc_thread_ticks(root, p.pid)) is not None:
                 samples.append(sample("kdiag_process_gc_cpu_seconds_total", ticks / TICKS_PER_SECOND, COUNTER,
                                       pid=p.pid, comm=p.stat.comm))
+        known = self.table.known
+        for pid, verdict in sorted(self.table.refused.items()):
+            comm = known[pid].process.stat.comm if pid in known else ""
+            samples.append(sample("kdiag_process_broker_refused", 1, GAUGE, pid=pid, comm=comm, reason=verdict.why))
         return samples
 
 
