@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from kdiag.core.procfs import TICKS_PER_SECOND, malformed, parse_stat, read_source
 from kdiag.core.blockdev import disks_behind
+from kdiag.core.mountinfo import host_paths
 from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 from kdiag.collectors.host.mounts import device_for_path, parse_mounts
 from kdiag.core.redact import MASKED, OFF, cmdline_label
@@ -156,7 +157,9 @@ class ProcessesCollector(Collector):
             except OSError:
                 continue  # exited since the scan, or not ours to inspect
         if discover:
-            found = discover_log_dirs(d.fd_targets for p, d in inspected if p.broker)
+            # A broker in a container names its files as its mount namespace sees them: mapped to this host's.
+            found = sorted({d for p, det in inspected if p.broker
+                            for d in host_paths(root, p.pid, discover_log_dirs([det.fd_targets]))})
             # Keep what was known when a rediscovery sees no segment file (a replay without the fd links).
             self._discovered = found or (self._discovered if broker_keys == self._brokers else [])
             self._discovered_at, self._brokers = root.now(), broker_keys
