@@ -21,7 +21,7 @@ from typing import Any
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, process_uids
 from kdiag.runtime.brokerconfig import (JMX, Listener, jmx_endpoint, jvm_options, kafka_settings, parse_listeners,
                                        parse_properties)
-from kdiag.core.safeio import read_regular
+from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.core.brokertrust import BrokerTrust
@@ -117,14 +117,16 @@ def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: boo
 
 
 def host_file(root: Root, pid: int, path: str) -> str:
-    """A file as the process sees it (/proc/PID/root/PATH), else at PATH on this live host; at most 1 MiB."""
+    """A file as the process sees it (PATH inside /proc/PID/root), else at PATH on this live host; at most 1 MiB."""
     if type(root) is not Root:  # a recording: its reader checks what it opens, and holds only what it recorded
         text = root.read_proc(f"{pid}/root{path}")
         if len(text) > MAX_PROPERTIES_BYTES:
             raise ValueError(f"{path} is larger than {MAX_PROPERTIES_BYTES} bytes")
         return text
     try:
-        return read_text(str(root.proc / f"{pid}/root{path}"))
+        # Inside its root: a container's absolute link (/etc/kafka/x -> /etc/shadow) names its own file, not ours.
+        data = read_in_root(str(root.proc / f"{pid}/root"), path, MAX_PROPERTIES_BYTES)
+        return data.decode("utf-8", errors="replace")
     except PermissionError:  # /proc/PID/root needs ptrace access to the process; the plain path may do
         return read_text(path)
 
