@@ -25,6 +25,7 @@ from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.core.brokertrust import BrokerTrust
+from kdiag.core.mountinfo import host_paths
 from kdiag.core.trust import why_untrusted_classpath
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class Broker:
     jmx_ssl: bool = False  # the JMX port speaks TLS
     classpath: str = ""
     owners: frozenset[int] = frozenset({0})  # whose files of its kdiag may run: root's and its own uid's
+    rootfs: str = ""  # /proc/PID/root when it runs in another mount namespace than kdiag: its files are there
     controller_only: bool = False
     problems: list[str] = field(default_factory=list)
 
@@ -160,8 +162,17 @@ def find_brokers(root: Root, trust: BrokerTrust | None = None) -> list[Broker]:
             owners = frozenset({0, *process_uids(root, pid)})
         except (OSError, ValueError):
             owners = frozenset({0})
-        brokers.append(dataclasses.replace(read_broker(root, pid, argv), owners=owners))
+        brokers.append(dataclasses.replace(read_broker(root, pid, argv), owners=owners, rootfs=_rootfs(root, pid)))
     return brokers
+
+
+def _rootfs(root: Root, pid: int) -> str:
+    """/proc/PID/root when the process's mount namespace is not kdiag's, else "" (the same, or unknown)."""
+    try:
+        same = root.readlink("proc", f"{pid}/ns/mnt") == root.readlink("proc", "self/ns/mnt")
+    except OSError:
+        return ""
+    return "" if same else f"{root.proc}/{pid}/root"
 
 
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
@@ -229,8 +240,13 @@ def discover(config: Config, root: Root) -> Config:
         log.warning("broker discovery: no listener speaks %s, the protocol of kafka.client (listeners: %s): not used as "
                     "bootstrap; set kafka.client.security.protocol and its SASL/TLS settings, or kafka.bootstrap_servers",
                     protocol, names)
-    if broker.log_dirs:
-        found["processes.log_dirs"] = (broker.log_dirs, ",".join(broker.log_dirs), f"log.dirs in {where}")
+    # A container's log dirs are paths in its mount namespace: the host's paths of the same directories.
+    if log_dirs := host_paths(root, broker.pid, broker.log_dirs):
+        inside = "" if log_dirs == broker.log_dirs else f", {','.join(broker.log_dirs)} in its mount namespace"
+        found["processes.log_dirs"] = (log_dirs, ",".join(log_dirs), f"log.dirs in {where}{inside}")
+    elif broker.log_dirs:
+        log.warning("broker discovery: pid %d: no log dir of its (%s) is a directory this host mounts", broker.pid,
+                    ",".join(broker.log_dirs))
     if broker.jmx:
         source = f"-D{JMX}port of pid {broker.pid}"
         if kafka.jmx_username and not kafka.jmx:
@@ -244,13 +260,16 @@ def discover(config: Config, root: Root) -> Config:
         else:
             found["kafka.jmx"] = ([broker.jmx], broker.jmx, source)
     if broker.classpath:
-        # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them.
-        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, broker.owners)
+        # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them; a
+        # container's are its root's (through /proc/PID/root), with no link a host path walk would read otherwise.
+        base = broker.rootfs
+        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, broker.owners, base)
         if untrusted:
             log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
                         "Kafka's libs/*", broker.pid, untrusted)
         else:
-            found["kafka.jmx_classpath"] = (broker.classpath, _classpath_summary(broker.classpath),
+            classpath = ":".join(base + e for e in broker.classpath.split(":"))
+            found["kafka.jmx_classpath"] = (classpath, _classpath_summary(classpath),
                                             f"-cp of pid {broker.pid}")
 
     current = {"kafka.local_broker_id": kafka.local_broker_id, "kafka.bootstrap_servers": kafka.bootstrap_servers,
