@@ -29,24 +29,6 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def user_uid(user: str) -> int | None:
-    """The uid of a user name or number, None when this host has no such user."""
-    if user.isdigit():
-        return int(user)
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
-
-
-def trusted_uids(broker_user: str) -> tuple[set[int], str]:
-    """(uids whose broker processes and files kdiag trusts: root and kafka.broker_user's, who they are)."""
-    uid = user_uid(broker_user)
-    if uid is None:
-        return {0}, f"root (kafka.broker_user {broker_user}: no such user here)"
-    return {0, uid}, f"root and kafka.broker_user {broker_user} (uid {uid})"
-
-
 def _owners(owners: Collection[int]) -> str:
     return " or ".join(user_name(uid) for uid in sorted(owners))
 
