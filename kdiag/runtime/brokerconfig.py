@@ -145,3 +145,25 @@ def jmx_endpoint(props: dict[str, str], read: Callable[[str], str]) -> tuple[str
     auth = settings.get(JMX + "authenticate", "true").lower() != "false"
     ssl = settings.get(JMX + "ssl", "true").lower() != "false"
     return f"{host}:{port}", auth, ssl
+
+
+# The settings discovery uses, as container images take them from the environment (apache/kafka and Confluent:
+# KAFKA_LOG_DIRS; Bitnami: KAFKA_CFG_LOG_DIRS): no other variable (KAFKA_OPTS, passwords) is ever kept.
+ENV_SETTINGS = ("node.id", "broker.id", "log.dirs", "log.dir", "listeners", "advertised.listeners",
+                "listener.security.protocol.map", "controller.listener.names", "process.roles", "zookeeper.connect")
+
+
+def env_setting(name: str) -> str:
+    """The setting a KAFKA_ (or Bitnami's KAFKA_CFG_) variable stands for: `_` a dot, `__` an underscore, `___` a dash."""
+    name = name.removeprefix("KAFKA_CFG_") if name.startswith("KAFKA_CFG_") else name.removeprefix("KAFKA_")
+    return name.lower().replace("___", "-").replace("__", "\0").replace("_", ".").replace("\0", "_")
+
+
+def env_settings(environ: str) -> dict[str, str]:
+    """The ENV_SETTINGS a NUL-separated /proc/PID/environ gives; Bitnami's KAFKA_CFG_ form wins over the plain one."""
+    out: dict[str, str] = {}
+    for entry in sorted(environ.split("\0"), key=lambda e: e.startswith("KAFKA_CFG_")):
+        name, sep, value = entry.partition("=")
+        if sep and name.startswith("KAFKA_") and (key := env_setting(name)) in ENV_SETTINGS:
+            out[key] = value
+    return out

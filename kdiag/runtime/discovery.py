@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, process_uids
-from kdiag.runtime.brokerconfig import (JMX, Listener, jmx_endpoint, jvm_options, kafka_settings, parse_listeners,
-                                       parse_properties)
+from kdiag.runtime.brokerconfig import (JMX, Listener, env_settings, jmx_endpoint, jvm_options, kafka_settings,
+                                       parse_listeners, parse_properties)
 from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
@@ -31,6 +31,7 @@ from kdiag.core.trust import why_untrusted_classpath
 log = logging.getLogger(__name__)
 
 MAX_PROPERTIES_BYTES = 1 << 20
+ENVIRONMENT = "its KAFKA_* environment"  # where the settings came from when no properties file could be read
 
 
 @dataclass
@@ -73,10 +74,12 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
     problems: list[str] = []
     try:
         path, settings = kafka_settings(args, read)
+        properties_path = absolute(path)
     except (OSError, ValueError) as e:
-        problems.append(f"cannot read its server.properties ({e})")
-        settings, path = {}, ""
-    properties_path = absolute(path) if path else ""
+        settings, properties_path = environment(root, pid), ENVIRONMENT
+        if not settings:
+            problems.append(f"cannot read its server.properties ({e})")
+            properties_path = ""
     zookeeper = bool(settings.get("zookeeper.connect", "").strip()) and "process.roles" not in settings
     log_dirs: list[str] = []
     if settings:
@@ -116,6 +119,19 @@ def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: boo
     if value not in ("", "-1"):
         problems.append(f"{key} is not a node id (an integer from 0)")
     return None, ""
+
+
+def environment(root: Root, pid: int) -> dict[str, str]:
+    """The settings a container image takes from the process's KAFKA_* environment; {} in a recording (it never holds
+    an environment: its values may be secrets) or when it cannot be read."""
+    if type(root) is not Root:
+        return {}
+    try:
+        # Read here, not through the Root: a recording's TeeRoot would copy every variable.
+        data = read_regular(str(root.proc / f"{pid}/environ"), MAX_PROPERTIES_BYTES)
+    except OSError:
+        return {}
+    return env_settings(data.decode("utf-8", errors="replace"))
 
 
 def host_file(root: Root, pid: int, path: str) -> str:

@@ -73,3 +73,24 @@ def test_a_namespaced_brokers_config_jars_and_log_dirs_are_read_from_its_root(tm
     else:
         assert config.kafka.jmx_classpath == (f"/proc/{proc.pid}/root{tmp_path}/opt/libs/*:"
                                               f"/proc/{proc.pid}/root{tmp_path}/opt/libs/linked")
+
+
+def test_an_image_configured_by_its_environment_gives_its_settings_and_never_its_secrets(tmp_path, caplog):
+    # As Bitnami's image: KAFKA_CFG_* build a properties file at start, here one discovery cannot read.
+    secret = "s3cret-keystore-password"
+    env = {"PATH": "/usr/bin:/bin", "KAFKA_CFG_NODE_ID": str(NODE_ID), "KAFKA_CFG_LOG_DIRS": str(tmp_path / "data"),
+           "KAFKA_CFG_LISTENERS": "PLAINTEXT://:19092", "KAFKA_LOG_DIRS": "/not/this/one",
+           "KAFKA_CFG_SSL_KEYSTORE_PASSWORD": secret, "KAFKA_OPTS": f"-Dpass={secret}"}
+    (tmp_path / "data").mkdir()
+    proc = subprocess.Popen(["/bin/bash", "-c", "exec -a java /bin/sh -c 'sleep 600; :' kafka.Kafka "
+                             "/opt/bitnami/kafka/config/server.properties"], env=env)
+    try:
+        wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"java\0"), 30, "the broker")
+        with caplog.at_level(logging.DEBUG):
+            config = discover(load_config(overrides={"kafka.local_broker_id": NODE_ID}), Root())
+    finally:
+        stop(proc)
+    assert config.processes.log_dirs == [str(tmp_path / "data")]
+    assert config.kafka.bootstrap_servers == "127.0.0.1:19092"
+    assert f"broker discovery: local broker is pid {proc.pid} (its KAFKA_* environment)" in caplog.messages
+    assert secret not in caplog.text
