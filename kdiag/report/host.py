@@ -86,9 +86,12 @@ def _broker(state: State, classpath_version: str) -> str:
         facts.append(f"cluster {shown(state.cluster)}")
     if count is not None:
         facts.append(f"{count:.0f} brokers" + ("" if controller is None else f", controller {controller:.0f}"))
-    refused = "".join(f"<li>pid {r['pid']} ({shown(r['comm'])}) is not taken for a broker: {shown(r['why'])}</li>"
-                      for r in state.refused_brokers())
-    return f"<p>{'; '.join(facts)}</p>" + (f'<ul class="refused">{refused}</ul>' if refused else "")
+    started = [dict(s.labels) for s in _by(samples, "kdiag_process_broker_started_by")]
+    items = [f"<li>pid {shown(b.get('pid', ''))} ({shown(b.get('comm', ''))}): {shown(b.get('reason', ''))}</li>"
+             for b in started]
+    items += [f"<li>pid {r['pid']} ({shown(r['comm'])}) is not taken for a broker: {shown(r['why'])}</li>"
+              for r in state.refused_brokers()]
+    return f"<p>{'; '.join(facts)}</p>" + (f'<ul class="brokers">{"".join(items)}</ul>' if items else "")
 
 
 def _health(state: State, off: Sequence[str]) -> list[list[str]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from tests.waiting import wait_until
 
+from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.core.brokertrust import BrokerTrust, Workload, parse_cgroup, workload
 from kdiag.core.root import Root
 
@@ -173,6 +174,11 @@ def test_a_containers_broker_in_its_own_namespaces_is_trusted(cgroups, tmp_path)
     assert verdict.trusted, verdict.why
     assert verdict.why == f"root's containerd-shim (pid {pid}) started it, in container {CONTAINER[:12]}"
     assert verdict.workload == Workload("container", CONTAINER)
+    # The processes collector names its container (and the pod, when the cgroup has one).
+    samples = ProcessesCollector(broker_user="kafka").collect(Root())
+    (started,) = [dict(s.labels) for s in samples if s.name == "kdiag_process_broker_started_by"
+                  and dict(s.labels)["pid"] == str(look_alike_in(cg))]
+    assert (started["container"], started["pod"], started["service"]) == (CONTAINER, "", "")
 
 
 @live_test

@@ -36,6 +36,8 @@ HELP = {
     "kdiag_process_max_fds": "Soft limit on open file descriptors of the process.",
     "kdiag_process_is_broker": "Whether the process is a Kafka broker (1) or not (0).",
     "kdiag_process_broker_refused": "A kafka.Kafka process the trust rule does not take for a broker, and why, value 1.",
+    "kdiag_process_broker_started_by": "Who started a broker (the trust rule's reason) and the service, container and "
+                                       "Kubernetes pod its cgroup names, value 1.",
     "kdiag_process_touches_log_dir": "Whether the process's cwd, path arguments or open files touch a Kafka log dir.",
     "kdiag_process_jvm_max_heap_bytes": "The JVM's heap ceiling (-Xmx) from its command line.",
     "kdiag_process_is_load_generator": "Whether the process runs a Kafka perf-test tool (1) or not (0).",
@@ -171,9 +173,15 @@ class ProcessesCollector(Collector):
                 samples.append(sample("kdiag_process_gc_cpu_seconds_total", ticks / TICKS_PER_SECOND, COUNTER,
                                       pid=p.pid, comm=p.stat.comm))
         known = self.table.known
-        for pid, verdict in sorted(self.table.refused.items()):
+        for pid, verdict in sorted(self.table.verdicts.items()):
             comm = known[pid].process.stat.comm if pid in known else ""
-            samples.append(sample("kdiag_process_broker_refused", 1, GAUGE, pid=pid, comm=comm, reason=verdict.why))
+            if not verdict.trusted:
+                samples.append(sample("kdiag_process_broker_refused", 1, GAUGE, pid=pid, comm=comm, reason=verdict.why))
+                continue
+            w = verdict.workload
+            samples.append(sample("kdiag_process_broker_started_by", 1, GAUGE, pid=pid, comm=comm, reason=verdict.why,
+                                  service=w.name if w.kind == "service" else "",
+                                  container=w.name if w.kind == "container" else "", pod=w.pod))
         return samples
 
 

@@ -144,7 +144,7 @@ class ProcessTable:
         self.trigger_cores = trigger_cores
         self.trigger_read_bytes_per_second = trigger_read_bytes_per_second
         self.trust = trust  # None: every kafka.Kafka process is a broker (fixtures, tests)
-        self.refused: dict[int, Verdict] = {}  # the kafka.Kafka processes the trust rule refused, by pid
+        self.verdicts: dict[int, Verdict] = {}  # the trust rule's word on each kafka.Kafka process, by pid
         self.known: dict[int, Known] = {}
         self.full_scans = 0  # how many cycles read the whole table: the benchmark reports it
         self._full_at = -math.inf
@@ -169,7 +169,7 @@ class ProcessTable:
             self.full_scans += 1
         self.known = dict(before)  # the pids gone from /proc are forgotten
         alive = set(listed)
-        self.refused = {pid: v for pid, v in self.refused.items() if pid in alive}
+        self.verdicts = {pid: v for pid, v in self.verdicts.items() if pid in alive}
         for p in procs:
             old = before.get(p.pid)
             if old is None or old.process.stat.start_ticks != p.stat.start_ticks:
@@ -210,14 +210,10 @@ class ProcessTable:
         if self.trust is None or not fresh:
             return procs
         verdicts = self.trust.judge_all(root, fresh)
-        refused = {pid: v for pid, v in self.refused.items() if pid not in verdicts}
         for pid, verdict in verdicts.items():
-            if verdict.trusted:
-                continue
-            if self.refused.get(pid) != verdict:
+            if not verdict.trusted and self.verdicts.get(pid) != verdict:
                 log.warning("pid %d runs kafka.Kafka but is not taken for a broker: %s", pid, verdict.why)
-            refused[pid] = verdict
-        self.refused = refused  # swapped whole: other collectors' threads read it
+        self.verdicts = {**self.verdicts, **verdicts}  # swapped whole: other collectors' threads read it
         return [p._replace(broker=False) if p.pid in verdicts and not verdicts[p.pid].trusted else p for p in procs]
 
     def _unexplained(self, host: HostWork, procs: list[Process], before: dict[int, Known]) -> bool:
