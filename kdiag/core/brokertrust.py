@@ -52,14 +52,15 @@ class Verdict(NamedTuple):
 
 
 def parse_cgroup(text: str) -> str:
-    """The process's cgroup path: the unified (v2) hierarchy's, else systemd's v1 one; "/" when neither says more."""
+    """The process's cgroup path: the unified (v2) hierarchy's, else systemd's v1 one, else the first v1 controller's
+    that says more than "/" (a host without systemd); "/" when none does."""
     paths = {}
     for line in text.splitlines():
         _, _, rest = line.partition(":")
         controllers, _, path = rest.partition(":")
         paths[controllers] = path
-    unified = paths.get("", "/")
-    return unified if unified != "/" else paths.get("name=systemd", unified) or "/"
+    ordered = [paths.get("", "/"), paths.get("name=systemd", "/"), *paths.values()]
+    return next((p for p in ordered if p and p != "/"), "/")
 
 
 def workload(path: str) -> Workload:
@@ -191,7 +192,7 @@ class BrokerTrust:
         if not starter:
             return Verdict(False, f"{runs_as}, and {why_not}", work)
         if cgroup is None:
-            return Verdict(True, f"its parent is {starter} (recorded without its cgroup: judged by its ancestry)")
+            return Verdict(True, f"{starter} started it (recorded without its cgroup: judged by its ancestry)")
         what = f"container {work.name[:12]}" + (f" of pod {work.pod}" if work.pod else "") \
             if work.kind == "container" else f"system service {shown(work.name)}"
         return Verdict(True, f"{starter} started it, in {what}", work)
@@ -207,7 +208,7 @@ def _parent(root: Root, pid: int) -> tuple[int, str]:
 def _starter(root: Root, pid: int, cgroup: str | None, own: set[int],
              names: dict[int, str] | None) -> tuple[str, str]:
     """(what started the process: PID 1 or a root-owned runtime, or ""; why not): its ancestors are walked through
-    processes of its own cgroup running as its uid or root; without a cgroup (an old recording) through any."""
+    processes running as its uid or root, of its own cgroup (any, without one: an old recording)."""
     child = pid
     for _ in range(MAX_ANCESTORS):
         try:

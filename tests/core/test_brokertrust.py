@@ -40,6 +40,7 @@ THIS_HOST = ("9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:/\n5:devices:/\n"
     (f"12:memory:/kubepods/burstable/pod{POD}/{CONTAINER}\n1:name=systemd:/kubepods/burstable/pod{POD}/{CONTAINER}\n"
      "0::/\n", Workload("container", CONTAINER, POD)),
     (f"4:cpu:/docker/{CONTAINER}\n1:name=systemd:/docker/{CONTAINER}\n", Workload("container", CONTAINER)),
+    (f"5:memory:/docker/{CONTAINER}\n4:cpu:/docker/{CONTAINER}\n", Workload("container", CONTAINER)),  # no systemd
     (f"0::/machine.slice/libpod-{CONTAINER}.scope/container\n", Workload("container", CONTAINER)),
     # a local user's: its session, its own service manager, rootless Podman under it
     ("0::/user.slice/user-1000.slice/session-3.scope\n", Workload("")),
