@@ -86,12 +86,40 @@ def host_path(theirs: list[Mount], ours: list[Mount], path: str) -> str | None:
     return min(found)[1] if found else None
 
 
-def host_paths(root: Root, pid: int, paths: list[str]) -> list[str]:
-    """paths as process pid sees them, on this host's mounts (unchanged where either mountinfo cannot be read, as in
-    a recording made before kdiag kept them; left out where this host does not mount them)."""
+class Placed(NamedTuple):
+    """A log dir as found: its path on this host's mounts (as the process sees it when this host does not mount it),
+    and then the filesystem's major:minor and mount source, which still name its disk."""
+
+    path: str
+    device: str = ""
+    source: str = ""
+
+
+def place(root: Root, pid: int, paths: list[str]) -> list[Placed]:
+    """paths as process pid sees them, placed on this host's mounts (unchanged where either mountinfo cannot be read,
+    as in a recording made before kdiag kept them)."""
     try:
         theirs = parse_mountinfo(root.read_proc(f"{pid}/mountinfo"), f"{pid}/mountinfo")
         ours = parse_mountinfo(root.read_proc("self/mountinfo"), "self/mountinfo")
     except (OSError, ValueError):
-        return paths
-    return [p for path in paths if (p := host_path(theirs, ours, path)) is not None]
+        return [Placed(p) for p in paths]
+    out = []
+    for path in paths:
+        if (mapped := host_path(theirs, ours, path)) is not None:
+            out.append(Placed(mapped))
+        elif (m := mount_of(theirs, os.path.normpath(path))) is not None:
+            out.append(Placed(os.path.normpath(path), m.device, m.source))
+    return out
+
+
+def host_paths(root: Root, pid: int, paths: list[str]) -> list[str]:
+    """The paths of place() that this host mounts."""
+    return [p.path for p in place(root, pid, paths) if not p.device]
+
+
+def block_device(root: Root, device: str) -> str | None:
+    """The /sys/block name of a major:minor (sdb1, dm-0), None when it is no block device (tmpfs, overlay)."""
+    try:
+        return os.path.basename(root.readlink("sys", f"dev/block/{device}"))
+    except OSError:
+        return None

@@ -257,12 +257,14 @@ def discover(config: Config, root: Root) -> Config:
                     "bootstrap; set kafka.client.security.protocol and its SASL/TLS settings, or kafka.bootstrap_servers",
                     protocol, names)
     # A container's log dirs are paths in its mount namespace: the host's paths of the same directories.
-    if log_dirs := host_paths(root, broker.pid, broker.log_dirs):
+    log_dirs = host_paths(root, broker.pid, broker.log_dirs)
+    if broker.log_dirs and len(log_dirs) == len(broker.log_dirs):
         inside = "" if log_dirs == broker.log_dirs else f", {','.join(broker.log_dirs)} in its mount namespace"
         found["processes.log_dirs"] = (log_dirs, ",".join(log_dirs), f"log.dirs in {where}{inside}")
     elif broker.log_dirs:
-        log.warning("broker discovery: pid %d: no log dir of its (%s) is a directory this host mounts", broker.pid,
-                    ",".join(broker.log_dirs))
+        log.info("broker discovery: processes.log_dirs left to the processes collector: this host does not mount "
+                 "every log dir of pid %d (%s), which its open files name by their disk", broker.pid,
+                 ",".join(broker.log_dirs))
     if broker.jmx:
         source = f"-D{JMX}port of pid {broker.pid}"
         if kafka.jmx_username and not kafka.jmx:

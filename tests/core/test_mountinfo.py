@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from tests.waiting import wait_until
 
-from kdiag.collectors.host.processes import ProcessesCollector
-from kdiag.core.mountinfo import host_path, parse_mountinfo
+from kdiag.collectors.host.processes import ProcessesCollector, log_dir_samples
+from kdiag.core.mountinfo import Placed, host_path, parse_mountinfo, place
 from kdiag.core.root import Root, SnapshotRoot, TeeRoot
 
 # The host: sda2 the root disk, sdb (8:16) mounted at /data, a kubelet local volume on sdc (8:32).
@@ -53,6 +53,24 @@ containerd/snapshots/13/fs,workdir=/var/lib/containerd/snapshots/13/work
 ])
 def test_a_path_in_a_brokers_mount_namespace_is_found_on_the_hosts_mounts(theirs, path, expected):
     assert host_path(parse_mountinfo(theirs), parse_mountinfo(HOST), path) == expected
+
+
+def test_a_volume_this_host_does_not_mount_is_named_by_its_disk(tmp_path):
+    # kdiag in a pod of its own (a DaemonSet): its mounts have no /data, the broker's volume is still sdb's.
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "4242").mkdir()
+    (tmp_path / "proc" / "self" / "mountinfo").write_text(HOST.splitlines()[0] + "\n")
+    (tmp_path / "proc" / "4242" / "mountinfo").write_text(DOCKER)
+    (tmp_path / "proc" / "mounts").write_text("/dev/sda2 / ext4 rw,relatime 0 0\n")
+    (tmp_path / "sys" / "block" / "sdb").mkdir(parents=True)
+    (tmp_path / "sys" / "dev" / "block").mkdir(parents=True)
+    os.symlink("../../block/sdb", tmp_path / "sys" / "dev" / "block" / "8:16")
+    root = Root(tmp_path / "proc", tmp_path / "sys")
+    placed = place(root, 4242, ["/var/lib/kafka/data", "/opt/kafka/logs"])
+    assert placed == [Placed("/var/lib/kafka/data", "8:16", "/dev/sdb"), Placed("/opt/kafka/logs", "0:66", "overlay")]
+    assert [dict(s.labels) for s in log_dir_samples(root, placed)] == [
+        {"path": "/var/lib/kafka/data", "device": "sdb", "mountpoint": ""},
+        {"path": "/opt/kafka/logs", "device": "overlay", "mountpoint": ""}]
 
 
 def test_this_machines_mountinfo_parses_and_maps_onto_itself():

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from kdiag.core.procfs import TICKS_PER_SECOND, malformed, parse_stat, read_source
 from kdiag.core.blockdev import disks_behind
-from kdiag.core.mountinfo import host_paths
+from kdiag.core.mountinfo import Placed, block_device, place
 from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 from kdiag.collectors.host.mounts import device_for_path, parse_mounts
 from kdiag.core.redact import MASKED, OFF, cmdline_label
@@ -132,7 +132,7 @@ class ProcessesCollector(Collector):
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
         self.table = table or ProcessTable(trust=BrokerTrust(broker_user))
-        self._discovered: list[str] = []
+        self._discovered: list[Placed] = []
         self._discovered_at = -math.inf
         self._brokers: set[tuple[int, int]] = set()
 
@@ -161,12 +161,13 @@ class ProcessesCollector(Collector):
         if discover:
             # A broker in a container names its files as its mount namespace sees them: mapped to this host's.
             found = sorted({d for p, det in inspected if p.broker
-                            for d in host_paths(root, p.pid, discover_log_dirs([det.fd_targets]))})
+                            for d in place(root, p.pid, discover_log_dirs([det.fd_targets]))})
             # Keep what was known when a rediscovery sees no segment file (a replay without the fd links).
             self._discovered = found or (self._discovered if broker_keys == self._brokers else [])
             self._discovered_at, self._brokers = root.now(), broker_keys
-        log_dirs = self.log_dirs or self._discovered
-        samples = log_dir_samples(root, log_dirs) if log_dirs else []
+        placed = [Placed(d) for d in self.log_dirs] or self._discovered
+        log_dirs = [d.path for d in placed]
+        samples = log_dir_samples(root, placed) if placed else []
         for p, d in inspected:
             samples += process_samples(p, d, log_dirs, self.cmdline)
             if is_load_generator(p.argv) and (ticks := gc_thread_ticks(root, p.pid)) is not None:
@@ -224,12 +225,17 @@ def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
     return sorted({d for targets in fd_target_lists for t in targets if (d := log_dir_of(t))})
 
 
-def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
-    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md)."""
+def log_dir_samples(root: Root, log_dirs: list[Placed]) -> list[Sample]:
+    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md);
+    one this host does not mount (a container's volume) by its filesystem's major:minor, with no mountpoint."""
     mounts = parse_mounts(*read_source(root, "proc", "mounts"))
     samples = []
-    for path in log_dirs:
-        device, mountpoint = device_for_path(mounts, path)
+    for path, majmin, source in log_dirs:
+        if majmin:
+            name = block_device(root, majmin)
+            device, mountpoint = (f"/dev/{name}" if name else source), ""
+        else:
+            device, mountpoint = device_for_path(mounts, path)
         for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
             samples.append(sample("kdiag_kafka_log_dir_info", 1, GAUGE, path=path, device=disk, mountpoint=mountpoint))
     return samples
