@@ -117,7 +117,8 @@ class KafkaConfig:
     local_broker_id: int | None = None
     # Kafka's jars (JmxTool reads the brokers' MBeans), e.g. /opt/kafka/libs/*; empty: the local broker's, else the lab's.
     jmx_classpath: str = ""
-    # The user (name or uid) the local broker runs as: discovery trusts only its and root's processes and files.
+    # A user (name or uid) whose kafka.Kafka processes are brokers wherever they run; root's service manager's and
+    # container runtimes' are brokers whoever runs them (kdiag/core/brokertrust.py).
     broker_user: str = "kafka"
     # librdkafka properties for every Kafka client kdiag makes; secrets as `<prop>_file: PATH` or `${VAR}`.
     client: dict[str, Any] = field(default_factory=dict, repr=False)

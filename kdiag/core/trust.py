@@ -29,24 +29,6 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def user_uid(user: str) -> int | None:
-    """The uid of a user name or number, None when this host has no such user."""
-    if user.isdigit():
-        return int(user)
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
-
-
-def trusted_uids(broker_user: str) -> tuple[set[int], str]:
-    """(uids whose broker processes and files kdiag trusts: root and kafka.broker_user's, who they are)."""
-    uid = user_uid(broker_user)
-    if uid is None:
-        return {0}, f"root (kafka.broker_user {broker_user}: no such user here)"
-    return {0, uid}, f"root and kafka.broker_user {broker_user} (uid {uid})"
-
-
 def _owners(owners: Collection[int]) -> str:
     return " or ".join(user_name(uid) for uid in sorted(owners))
 
@@ -62,30 +44,33 @@ def _judge(path: str, st: os.stat_result, owners: Collection[int]) -> tuple[str,
     return "", False
 
 
-def why_untrusted(path: str, owners: Collection[int]) -> str | None:
+def why_untrusted(path: str, owners: Collection[int], base: str = "") -> str | None:
     """Why root must not execute or load path, or None: each directory from / down, each link followed and the path
-    itself belong to one of owners and are writable by no one else (a missing path: its directory decides)."""
+    itself belong to one of owners and are writable by no one else (a missing path: its directory decides). With
+    base (/proc/PID/root), path is inside that root, and has no link: this host would resolve one against its own."""
     if not path.startswith("/"):
         return f"{path} is not an absolute path"
     names = [n for n in reversed(path.split("/")) if n not in ("", ".")]
     current, links = "/", 0
-    fault, sticky = _judge(current, os.lstat(current), owners)
+    fault, sticky = _judge(current, os.lstat(base + current), owners)
     while names:
         name = names.pop()
         if name == "..":
             current = os.path.dirname(current)
-            fault, sticky = _judge(current, os.lstat(current), owners)
+            fault, sticky = _judge(current, os.lstat(base + current), owners)
             continue
         if fault and not sticky:
             return fault
         child = os.path.join(current, name)
         try:
-            st = os.lstat(child)
+            st = os.lstat(base + child)
         except FileNotFoundError:
             return fault or None  # only whoever may write to `current` can create it
         except OSError as e:
             return f"{child}: {e.strerror}"
         if stat.S_ISLNK(st.st_mode):
+            if base:
+                return f"{child} is a symbolic link in another mount namespace's root"
             if st.st_uid not in owners:
                 return f"{child} is a link of {user_name(st.st_uid)}, not of {_owners(owners)}"
             links += 1
@@ -102,25 +87,26 @@ def why_untrusted(path: str, owners: Collection[int]) -> str | None:
     return fault or None
 
 
-def why_untrusted_classpath(classpath: str, owners: Collection[int]) -> str | None:
-    """Why root must not run Java with classpath, or None: every entry trusted, and for `dir/*` each jar in dir."""
+def why_untrusted_classpath(classpath: str, owners: Collection[int], base: str = "") -> str | None:
+    """Why root must not run Java with classpath, or None: every entry trusted, and for `dir/*` each jar in dir
+    (inside base, as why_untrusted)."""
     for entry in classpath.split(":"):
         if not entry:
             return "an empty classpath entry stands for the working directory"
         directory = entry[:-1] if entry.endswith("/*") else None
-        if reason := why_untrusted(directory or entry, owners):
+        if reason := why_untrusted(directory or entry, owners, base):
             return reason
         if directory is None:
             continue
         try:
-            names = sorted(os.listdir(directory))
+            names = sorted(os.listdir(base + directory))
         except FileNotFoundError:
             continue
         except OSError as e:
             return f"{directory}: {e.strerror}"
         # As Java expands dir/*: every .jar or .JAR file in it, hidden ones too.
         for name in names:
-            if name.endswith((".jar", ".JAR")) and (reason := why_untrusted(os.path.join(directory, name), owners)):
+            if name.endswith((".jar", ".JAR")) and (reason := why_untrusted(os.path.join(directory, name), owners, base)):
                 return reason
     return None
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 from kdiag.families.family import counter, gauge
 
 # processes
+PROCESS_BROKER_REFUSED = gauge(
+    "kdiag_process_broker_refused", "A kafka.Kafka process the trust rule does not take for a broker, and why, value 1.",
+    "pid", "comm", "reason")
+PROCESS_BROKER_STARTED_BY = gauge(
+    "kdiag_process_broker_started_by", "Who started a broker (the trust rule's reason) and the service, container and "
+    "Kubernetes pod its cgroup names, value 1.", "pid", "comm", "reason", "service", "container", "pod")
 KAFKA_LOG_DIR_INFO = gauge(
     "kdiag_kafka_log_dir_info",
     "A Kafka log dir and the block device and mountpoint holding it, value 1.",

@@ -14,7 +14,7 @@ from kdiag.families.host import (
 )
 from kdiag.families.kafka import KAFKA_BROKERS, KAFKA_CONTROLLER_ID
 from kdiag.families.network import NETWORK_MTU_BYTES, NETWORK_QUEUES, NETWORK_SPEED_BYTES, NETWORK_UP
-from kdiag.families.process import KAFKA_LOG_DIR_INFO, PROCESS_INFO, PROCESS_IS_BROKER
+from kdiag.families.process import KAFKA_LOG_DIR_INFO, PROCESS_BROKER_STARTED_BY, PROCESS_INFO, PROCESS_IS_BROKER
 from kdiag.families.storage import BLOCK_ROTATIONAL, FILESYSTEM_INFO, FILESYSTEM_NOATIME
 
 
@@ -94,7 +94,12 @@ def _broker(state: State, classpath_version: str) -> str:
         facts.append(f"cluster {shown(state.cluster)}")
     if count is not None:
         facts.append(f"{count:.0f} brokers" + ("" if controller is None else f", controller {controller:.0f}"))
-    return f"<p>{'; '.join(facts)}</p>"
+    started = [dict(s.labels) for s in _by(samples, PROCESS_BROKER_STARTED_BY)]
+    items = [f"<li>pid {shown(b.get('pid', ''))} ({shown(b.get('comm', ''))}): {shown(b.get('reason', ''))}</li>"
+             for b in started]
+    items += [f"<li>pid {r['pid']} ({shown(r['comm'])}) is not taken for a broker: {shown(r['why'])}</li>"
+              for r in state.refused_brokers()]
+    return f"<p>{'; '.join(facts)}</p>" + (f'<ul class="brokers">{"".join(items)}</ul>' if items else "")
 
 
 def _health(state: State, off: Sequence[str]) -> list[list[str]]:

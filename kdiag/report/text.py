@@ -69,6 +69,8 @@ def render_text(state: State, color: bool = False) -> str:
         lines += ["", "configuration lints:"]
         for d in lints:
             lines += _block(d, "  ", color)
+    for r in state.refused_brokers():
+        lines += ["", f"not taken for a broker: pid {r['pid']} ({printable(r['comm'])}): {printable(r['why'])}"]
     failed = sorted(n for n, h in state.health.items() if not h.success)
     if failed:
         lines += ["", "sources that could not be read: " + "; ".join(f"{n} ({printable(state.health[n].error)})" for n in failed)]

@@ -4,8 +4,8 @@ Everything is read through a Root (/proc/PID/cmdline, cwd, and the broker's file
 container with the host's /proc, and a fixture tree, read it the same way. `discover` fills the Kafka settings
 the config left unset; what the config or flags set always wins.
 
-Any local user can start a process that looks like a broker: only root's and kafka.broker_user's processes are
-read, and their classpath runs JmxTool only when kdiag.core.trust finds it theirs and writable by no one else.
+Any local user can start a process that looks like a broker: only those kdiag.core.brokertrust trusts are read, and
+their classpath runs JmxTool only when kdiag.core.trust finds it root's or the broker's and writable by no one else.
 """
 
 from __future__ import annotations
@@ -19,32 +19,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, process_uids
-from kdiag.core.safeio import read_regular
+from kdiag.runtime.brokerconfig import (JMX, Listener, env_settings, jmx_endpoint, jvm_options, kafka_settings,
+                                       parse_listeners, parse_properties)
+from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
-from kdiag.core.trust import trusted_uids, user_name, why_untrusted_classpath
+from kdiag.core.brokertrust import BrokerTrust
+from kdiag.core.mountinfo import host_paths
+from kdiag.core.trust import why_untrusted_classpath
 
 log = logging.getLogger(__name__)
 
 MAX_PROPERTIES_BYTES = 1 << 20
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_LISTENER = re.compile(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/\[\]]*):(\d{1,5})")
-_JMX = "com.sun.management.jmxremote."
-WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]", "[::0]": "[::1]"}
-
-
-@dataclass(frozen=True)
-class Listener:
-    """One listener of server.properties, with the address clients reach it at (advertised when given)."""
-
-    name: str
-    protocol: str
-    address: str  # host:port
-
-    @property
-    def port(self) -> int:
-        """The port clients connect to."""
-        return int(self.address.rpartition(":")[2])
+ENVIRONMENT = "its KAFKA_* environment"  # where the settings came from when no properties file could be read
 
 
 @dataclass
@@ -52,7 +39,7 @@ class Broker:
     """What one broker process says about itself; `problems` says what could not be used and why."""
 
     pid: int
-    refused: str = ""  # why nothing of this process is used (it is not a trusted user's); then nothing else is read
+    refused: str = ""  # why nothing of this process is used (the trust rule refused it); then nothing else is read
     properties_path: str = ""
     node_id: int | None = None
     node_id_source: str = ""  # where node_id was read: node.id or broker.id in server.properties, or meta.properties
@@ -64,127 +51,10 @@ class Broker:
     jmx_auth: bool = False  # the JMX port wants a password
     jmx_ssl: bool = False  # the JMX port speaks TLS
     classpath: str = ""
+    owners: frozenset[int] = frozenset({0})  # whose files of its kdiag may run: root's and its own uid's
+    rootfs: str = ""  # /proc/PID/root when it runs in another mount namespace than kdiag: its files are there
     controller_only: bool = False
     problems: list[str] = field(default_factory=list)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """A Java .properties text: `key=value`, `key: value` or `key value`, # and ! comments, \\ continuations."""
-    out: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        # An odd number of trailing backslashes continues the line.
-        if (len(line) - len(line.rstrip("\\"))) % 2:
-            logical += line[:-1]
-            continue
-        logical += line
-        m = re.match(r"((?:[^\s=:\\]|\\.)*)\s*[=:\s]?\s*(.*)", logical, re.DOTALL)
-        if m and m[1]:
-            out[_unescape(m[1])] = _unescape(m[2])
-        logical = ""
-    return out
-
-
-def _unescape(text: str) -> str:
-    simple = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5 else simple.get(m[1], m[1]),
-                  text)
-
-
-def jvm_options(argv: list[str]) -> tuple[dict[str, str], str, list[str]]:
-    """(-D system properties, -cp classpath, arguments after the main class) of a `java ... kafka.Kafka ...` argv."""
-    props: dict[str, str] = {}
-    classpath = ""
-    main = argv.index(BROKER_MAIN_CLASS)
-    options = argv[1:main]
-    for i, arg in enumerate(options):
-        if arg.startswith("-D"):
-            key, _, value = arg[2:].partition("=")
-            props[key] = value
-        elif arg in ("-cp", "-classpath", "--class-path") and i + 1 < len(options):
-            classpath = options[i + 1]
-        elif arg.startswith("--class-path="):
-            classpath = arg.partition("=")[2]
-    return props, classpath, argv[main + 1 :]
-
-
-def kafka_settings(args: list[str], read: Callable[[str], str]) -> tuple[str, dict[str, str]]:
-    """(properties file, its settings with `--override k=v` applied) from the arguments after kafka.Kafka."""
-    if not args or args[0].startswith("-"):
-        raise ValueError("no server.properties argument after kafka.Kafka")
-    settings = parse_properties(read(args[0]))
-    for i, arg in enumerate(args[1:-1], 1):
-        if arg == "--override" and "=" in args[i + 1]:
-            key, _, value = args[i + 1].partition("=")
-            settings[key] = value
-    return args[0], settings
-
-
-def parse_listeners(settings: dict[str, str]) -> tuple[list[Listener], set[int], list[str]]:
-    """(client listeners, every listening port, problems) of a broker's settings."""
-    problems: list[str] = []
-    protocol_map = {p: p for p in PROTOCOLS}
-    for pair in filter(None, settings.get("listener.security.protocol.map", "").split(",")):
-        name, _, protocol = pair.strip().partition(":")
-        protocol_map[name.upper()] = protocol.strip().upper()
-    controllers = {n.strip().upper() for n in settings.get("controller.listener.names", "").split(",") if n.strip()}
-
-    def split(key: str) -> dict[str, str]:
-        out = {}
-        for i, item in enumerate(filter(None, (s.strip() for s in settings.get(key, "").split(","))), 1):
-            m = _LISTENER.fullmatch(item)
-            if m is None:
-                # The file may hold secrets: a value that does not parse is never echoed.
-                problems.append(f"{key}: entry {i} is not NAME://host:port")
-                continue
-            out[m[1].upper()] = f"{WILDCARD_HOSTS.get(m[2], m[2])}:{m[3]}"
-        return out
-
-    bound = split("listeners") if "listeners" in settings else {"PLAINTEXT": _legacy_address(settings, "", problems)}
-    advertised = split("advertised.listeners")
-    if "advertised.listeners" not in settings and ("advertised.host.name" in settings or "advertised.port" in settings):
-        advertised = {"PLAINTEXT": _legacy_address(settings, "advertised.", problems, bound["PLAINTEXT"])}
-    listeners = []
-    for name, address in bound.items():
-        if name in controllers:
-            continue
-        if protocol_map.get(name) not in PROTOCOLS:
-            problems.append(f"listener {name}: no security protocol in listener.security.protocol.map")
-            continue
-        listeners.append(Listener(name, protocol_map[name], advertised.get(name, address)))
-    ports = {int(a.rpartition(":")[2]) for a in (*bound.values(), *advertised.values())}
-    return listeners, ports, problems
-
-
-def _legacy_address(settings: dict[str, str], prefix: str, problems: list[str], fallback: str = "127.0.0.1:9092") -> str:
-    """host.name and port (or advertised.*): a broker before 3.0 without `listeners` listens on PLAINTEXT://host:port."""
-    default_host, _, default_port = fallback.rpartition(":")
-    host = settings.get(f"{prefix}host.name", "").strip()
-    port = settings.get(f"{prefix}port", default_port).strip()
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        problems.append(f"{prefix}port is not a port number")
-        port = default_port
-    return f"{WILDCARD_HOSTS.get(host, host) if host else default_host}:{port}"
-
-
-def jmx_endpoint(props: dict[str, str], read: Callable[[str], str]) -> tuple[str, bool, bool]:
-    """(host:port, needs a password, speaks TLS) of the JVM's remote JMX agent; ('', ...) when it has none."""
-    settings = {}
-    if config_file := props.get("com.sun.management.config.file"):
-        settings = parse_properties(read(config_file))
-    # As in the JVM: -D options override the management config file.
-    settings.update({k: v for k, v in props.items() if k.startswith("com.sun.management.")})
-    port = settings.get(_JMX + "port", "")
-    if not port.isdigit():
-        return "", False, False
-    host = WILDCARD_HOSTS.get(settings.get(_JMX + "host", ""), settings.get(_JMX + "host", ""))
-    # The JVM's defaults when only the port is given: password and TLS both on.
-    auth = settings.get(_JMX + "authenticate", "true").lower() != "false"
-    ssl = settings.get(_JMX + "ssl", "true").lower() != "false"
-    return f"{host}:{port}", auth, ssl
 
 
 def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
@@ -204,10 +74,12 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
     problems: list[str] = []
     try:
         path, settings = kafka_settings(args, read)
+        properties_path = absolute(path)
     except (OSError, ValueError) as e:
-        problems.append(f"cannot read its server.properties ({e})")
-        settings, path = {}, ""
-    properties_path = absolute(path) if path else ""
+        settings, properties_path = environment(root, pid), ENVIRONMENT
+        if not settings:
+            problems.append(f"cannot read its server.properties ({e})")
+            properties_path = ""
     zookeeper = bool(settings.get("zookeeper.connect", "").strip()) and "process.roles" not in settings
     log_dirs: list[str] = []
     if settings:
@@ -249,15 +121,30 @@ def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: boo
     return None, ""
 
 
+def environment(root: Root, pid: int) -> dict[str, str]:
+    """The settings a container image takes from the process's KAFKA_* environment; {} in a recording (it never holds
+    an environment: its values may be secrets) or when it cannot be read."""
+    if type(root) is not Root:
+        return {}
+    try:
+        # Read here, not through the Root: a recording's TeeRoot would copy every variable.
+        data = read_regular(str(root.proc / f"{pid}/environ"), MAX_PROPERTIES_BYTES)
+    except OSError:
+        return {}
+    return env_settings(data.decode("utf-8", errors="replace"))
+
+
 def host_file(root: Root, pid: int, path: str) -> str:
-    """A file as the process sees it (/proc/PID/root/PATH), else at PATH on this live host; at most 1 MiB."""
+    """A file as the process sees it (PATH inside /proc/PID/root), else at PATH on this live host; at most 1 MiB."""
     if type(root) is not Root:  # a recording: its reader checks what it opens, and holds only what it recorded
         text = root.read_proc(f"{pid}/root{path}")
         if len(text) > MAX_PROPERTIES_BYTES:
             raise ValueError(f"{path} is larger than {MAX_PROPERTIES_BYTES} bytes")
         return text
     try:
-        return read_text(str(root.proc / f"{pid}/root{path}"))
+        # Inside its root: a container's absolute link (/etc/kafka/x -> /etc/shadow) names its own file, not ours.
+        data = read_in_root(str(root.proc / f"{pid}/root"), path, MAX_PROPERTIES_BYTES)
+        return data.decode("utf-8", errors="replace")
     except PermissionError:  # /proc/PID/root needs ptrace access to the process; the plain path may do
         return read_text(path)
 
@@ -267,10 +154,10 @@ def read_text(path: str) -> str:
     return read_regular(path, MAX_PROPERTIES_BYTES).decode("utf-8", errors="replace")
 
 
-def find_brokers(root: Root, owners: set[int] | None = None) -> list[Broker]:
-    """Every Kafka broker process under the root's /proc (java ... kafka.Kafka server.properties); with owners, those
-    running as another user come back `refused`, nothing of them read."""
-    brokers = []
+def find_brokers(root: Root, trust: BrokerTrust | None = None) -> list[Broker]:
+    """Every Kafka broker process under the root's /proc (java ... kafka.Kafka server.properties); with a trust rule,
+    those it refuses come back `refused`, nothing of them read."""
+    found = {}
     for entry in root.listdir("proc", ""):
         if not entry.isdigit():
             continue
@@ -278,23 +165,30 @@ def find_brokers(root: Root, owners: set[int] | None = None) -> list[Broker]:
             argv = parse_cmdline(root.read_proc(f"{entry}/cmdline"))
         except OSError:
             continue
-        if BROKER_MAIN_CLASS not in argv or "java" not in argv[0].rsplit("/", 1)[-1]:
+        if BROKER_MAIN_CLASS in argv and "java" in argv[0].rsplit("/", 1)[-1]:
+            found[int(entry)] = argv
+    verdicts = trust.judge_all(root, found) if trust is not None else {}
+    brokers = []
+    for pid, argv in found.items():
+        verdict = verdicts.get(pid)
+        if verdict is not None and not verdict.trusted:
+            brokers.append(Broker(pid, refused=verdict.why))
             continue
-        pid = int(entry)
-        refused = _stranger(root, pid, owners) if owners is not None else ""
-        brokers.append(Broker(pid, refused=refused) if refused else read_broker(root, pid, argv))
+        try:
+            owners = frozenset({0, *process_uids(root, pid)})
+        except (OSError, ValueError):
+            owners = frozenset({0})
+        brokers.append(dataclasses.replace(read_broker(root, pid, argv), owners=owners, rootfs=_rootfs(root, pid)))
     return brokers
 
 
-def _stranger(root: Root, pid: int, owners: set[int]) -> str:
-    """Why the process is not one of owners', or ""."""
+def _rootfs(root: Root, pid: int) -> str:
+    """/proc/PID/root when the process's mount namespace is not kdiag's, else "" (the same, or unknown)."""
     try:
-        uids = process_uids(root, pid)
-    except (OSError, ValueError) as e:
-        return f"its owner cannot be read ({getattr(e, 'strerror', None) or e})"
-    # A setuid program keeps its caller's real uid: each of the four must be trusted.
-    stranger = next((u for u in uids if u not in owners), None)
-    return f"it runs as {user_name(stranger)}" if stranger is not None else ""
+        same = root.readlink("proc", f"{pid}/ns/mnt") == root.readlink("proc", "self/ns/mnt")
+    except OSError:
+        return ""
+    return "" if same else f"{root.proc}/{pid}/root"
 
 
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
@@ -327,15 +221,13 @@ def _classpath_summary(classpath: str) -> str:
 
 def discover(config: Config, root: Root) -> Config:
     """config with its unset Kafka items filled from the local broker process; one log line per item."""
-    owners, trusted = trusted_uids(config.kafka.broker_user)
     try:
-        brokers = find_brokers(root, owners)
+        brokers = find_brokers(root, BrokerTrust(config.kafka.broker_user))
     except OSError as e:  # a wrong --procfs: the collectors say so too; discovery is only a convenience
         log.warning("broker discovery: cannot list the processes (%s)", e.strerror or e)
         return config
     for refused in (b for b in brokers if b.refused):
-        log.warning("broker discovery: pid %d looks like a Kafka broker but is not used: %s, and kdiag trusts only %s",
-                    refused.pid, refused.refused, trusted)
+        log.warning("broker discovery: pid %d looks like a Kafka broker but is not used: %s", refused.pid, refused.refused)
     brokers = [b for b in brokers if not b.refused]
     broker, why = choose(brokers, config.kafka.bootstrap_servers, config.kafka.local_broker_id)
     if broker is None:
@@ -364,10 +256,17 @@ def discover(config: Config, root: Root) -> Config:
         log.warning("broker discovery: no listener speaks %s, the protocol of kafka.client (listeners: %s): not used as "
                     "bootstrap; set kafka.client.security.protocol and its SASL/TLS settings, or kafka.bootstrap_servers",
                     protocol, names)
-    if broker.log_dirs:
-        found["processes.log_dirs"] = (broker.log_dirs, ",".join(broker.log_dirs), f"log.dirs in {where}")
+    # A container's log dirs are paths in its mount namespace: the host's paths of the same directories.
+    log_dirs = host_paths(root, broker.pid, broker.log_dirs)
+    if broker.log_dirs and len(log_dirs) == len(broker.log_dirs):
+        inside = "" if log_dirs == broker.log_dirs else f", {','.join(broker.log_dirs)} in its mount namespace"
+        found["processes.log_dirs"] = (log_dirs, ",".join(log_dirs), f"log.dirs in {where}{inside}")
+    elif broker.log_dirs:
+        log.info("broker discovery: processes.log_dirs left to the processes collector: this host does not mount "
+                 "every log dir of pid %d (%s), which its open files name by their disk", broker.pid,
+                 ",".join(broker.log_dirs))
     if broker.jmx:
-        source = f"-D{_JMX}port of pid {broker.pid}"
+        source = f"-D{JMX}port of pid {broker.pid}"
         if kafka.jmx_username and not kafka.jmx:
             log.warning("broker discovery: kafka.jmx_username is set: set kafka.jmx (the broker's: %s) rather than send "
                         "the JMX password to a discovered address", broker.jmx)
@@ -379,13 +278,16 @@ def discover(config: Config, root: Root) -> Config:
         else:
             found["kafka.jmx"] = ([broker.jmx], broker.jmx, source)
     if broker.classpath:
-        # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them.
-        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, owners)
+        # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them; a
+        # container's are its root's (through /proc/PID/root), with no link a host path walk would read otherwise.
+        base = broker.rootfs
+        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, broker.owners, base)
         if untrusted:
             log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
                         "Kafka's libs/*", broker.pid, untrusted)
         else:
-            found["kafka.jmx_classpath"] = (broker.classpath, _classpath_summary(broker.classpath),
+            classpath = ":".join(base + e for e in broker.classpath.split(":"))
+            found["kafka.jmx_classpath"] = (classpath, _classpath_summary(classpath),
                                             f"-cp of pid {broker.pid}")
 
     current = {"kafka.local_broker_id": kafka.local_broker_id, "kafka.bootstrap_servers": kafka.bootstrap_servers,

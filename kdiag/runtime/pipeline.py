@@ -20,6 +20,7 @@ from kdiag.kafka.coordination import Reporting
 from kdiag.kafka.coordination_records import Member
 from kdiag.analysis.signals import Signals
 from kdiag.analysis.subject_kinds import SignalCache
+from kdiag.families.process import PROCESS_BROKER_REFUSED
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,19 @@ class State:
         me = Member(self.host, self.local_broker)
         coordination = ({"coordination": {"reporting": self.reporting.reporting, "why": self.reporting.why,
                                           "authenticated": self.reporting.authenticated}} if self.reporting.why else {})
-        return {"host": self.host, "time": self.time, **coordination,
+        refused = {"refused_brokers": r} if (r := self.refused_brokers()) else {}
+        return {"host": self.host, "time": self.time, **coordination, **refused,
                 "diagnoses": [diagnosis_json(d, self.cluster, self.reporting, me) for d in self.diagnoses]}
+
+    def refused_brokers(self) -> list[dict[str, Any]]:
+        """The kafka.Kafka processes the trust rule refused this cycle: pid, comm and why."""
+        out = []
+        for s in self.samples:
+            if s.name == PROCESS_BROKER_REFUSED.name:
+                labels = dict(s.labels)
+                out.append({"pid": int(labels.get("pid", "0")), "comm": labels.get("comm", ""),
+                            "why": labels.get("reason", "")})
+        return out
 
 
 class Pipeline:

@@ -60,7 +60,7 @@ def test_the_broker_readers_share_one_lookup_over_the_processes_table_or_their_o
     assert lookups[0].table is processes.table
     without = brokers_of(host_collectors(Config(collectors={"processes": False})))
     assert len(without) >= 2 and all(b is without[0] for b in without)
-    assert without[0].table is None and without[0].owners is not None  # only trusted users' brokers
+    assert without[0].table is None and without[0].trust is not None  # only the brokers the trust rule trusts
 
 
 def test_switches_are_defaults_unless_the_config_names_them():

@@ -41,12 +41,14 @@ log.dirs=/data/1/kafka-logs,\\
 
 
 def host(tmp_path: Path, processes: dict[int, list[str]], files: dict[str, str] | None = None, cwd: str = "/opt/kafka",
-         uid: int = 0) -> Root:
+         uid: int = 0, users: dict[str, str] | None = None) -> Root:
     """A one-snapshot recording holding these processes' cmdline, owner (uid) and cwd, and files as /proc/PID/root
-    sees them."""
+    sees them; with users, the recorded host's names of uids."""
     snap = tmp_path / "0000"
     (snap / "proc").mkdir(parents=True)
     (snap / "meta.json").write_text(json.dumps({"time": 1764430000.0}))
+    if users is not None:
+        (snap / "kafka.json").write_text(json.dumps({"version": 2, "sources": {"users": users}}))
     for pid, argv in processes.items():
         d = snap / "proc" / str(pid)
         d.mkdir()
@@ -186,15 +188,17 @@ def test_broken_broker_files_are_one_problem_each_never_a_crash(tmp_path, argv, 
 
 
 def test_only_root_and_the_broker_users_processes_are_read(tmp_path, caplog):
-    root = host(tmp_path, {2000: broker_argv()}, {"/opt/kafka/config/server.properties": SERVER_PROPERTIES}, uid=65534)
+    # The recorded host names uid 65534 `daemon` (not this host's `nobody`): its names decide, not this host's.
+    root = host(tmp_path, {2000: broker_argv()}, {"/opt/kafka/config/server.properties": SERVER_PROPERTIES}, uid=65534,
+                users={"65534": "daemon"})
     with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
-        assert discover(load_config(overrides={"kafka.broker_user": "nobody"}), root).kafka.local_broker_id == 3
+        assert discover(load_config(overrides={"kafka.broker_user": "daemon"}), root).kafka.local_broker_id == 3
         caplog.clear()
-        assert discover(load_config(overrides={"kafka.broker_user": "no-such-user"}), root) == load_config(
-            overrides={"kafka.broker_user": "no-such-user"})
+        assert discover(load_config(overrides={"kafka.broker_user": "nobody"}), root) == load_config(
+            overrides={"kafka.broker_user": "nobody"})
     assert caplog.messages[0] == ("broker discovery: pid 2000 looks like a Kafka broker but is not used: it runs as uid "
-                                  "65534 (nobody), and kdiag trusts only root (kafka.broker_user no-such-user: no such "
-                                  "user here)")
+                                  "65534 (daemon), not as root (kafka.broker_user nobody: no such user on the host), "
+                                  "and its cgroup cannot be read (No such file or directory)")
 
 
 @pytest.mark.parametrize("user", ["", "ka fka", "-kafka", "../kafka", "k" * 33, "12345678901"])

@@ -99,8 +99,11 @@ def test_another_users_look_alike_broker_gets_nothing_run_and_no_secret(fake_bro
         collector.close()
     assert not marker.exists(), f"kdiag ran the fake broker's JmxTool: {marker.read_text()}"
     refusals = [r.getMessage() for r in caplog.records if f"pid {pid} " in r.getMessage()]
+    # Root started it, but no service manager nor container runtime: this test's cgroup is no service's either.
     assert refusals == [f"broker discovery: pid {pid} looks like a Kafka broker but is not used: it runs as uid {NOBODY} "
-                        "(nobody), and kdiag trusts only root" + refusals[0].partition("trusts only root")[2]]
+                        "(nobody), not as root" + refusals[0].partition("not as root")[2]]
+    assert refusals[0].endswith(("is neither a system service's nor a container's (a process a local user started)",
+                                 "is neither PID 1 nor a root-owned containerd-shim, conmon or runc"))
     assert str(evil) not in caplog.text  # nothing of it was read
 
 

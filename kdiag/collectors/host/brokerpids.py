@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Collection
 from typing import NamedTuple
 
-from kdiag.collectors.host.proctable import ProcessTable, process_table, trusted
-from kdiag.collectors.registry import Shared
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, parse_stat, read_source
+from kdiag.collectors.host.proctable import ProcessTable, process_table
+from kdiag.collectors.registry import Shared
+from kdiag.core.brokertrust import BrokerTrust
 from kdiag.core.root import Root
-from kdiag.core.trust import trusted_uids
 
 
 class BrokerPid(NamedTuple):
@@ -32,8 +31,8 @@ class BrokerPids:
     """A cached lookup of the broker processes, shared by the collectors that need them."""
 
     def __init__(self, rescan_seconds: float = 300.0, idle_rescan_seconds: float = 60.0,
-                 owners: Collection[int] | None = None, table: ProcessTable | None = None):
-        self.owners = owners  # only these users' kafka.Kafka processes are brokers (None: anyone's)
+                 trust: BrokerTrust | None = None, table: ProcessTable | None = None):
+        self.trust = trust  # the kafka.Kafka processes it trusts are brokers (None: every one)
         self.table = table  # the processes collector's table: its brokers are read every cycle, no scan needed
         self.rescan_seconds = rescan_seconds
         self.idle_rescan_seconds = idle_rescan_seconds
@@ -52,7 +51,7 @@ class BrokerPids:
         alive = [b for b in self._known if _same_process(root, b)]
         every = self.rescan_seconds if alive else self.idle_rescan_seconds
         if len(alive) < len(self._known) or root.now() - self._scanned_at >= every:
-            alive = scan(root, self.owners)
+            alive = scan(root, self.trust)
             self._scanned_at = root.now()
         self._known = alive
         return alive
@@ -65,25 +64,26 @@ def _same_process(root: Root, broker: BrokerPid) -> bool:
         return False
 
 
-def scan(root: Root, owners: Collection[int] | None = None) -> list[BrokerPid]:
-    """Every process of owners whose command line runs kafka.Kafka (another user's look-alike is no broker)."""
+def scan(root: Root, trust: BrokerTrust | None = None) -> list[BrokerPid]:
+    """Every process whose command line runs kafka.Kafka and that the trust rule trusts (a look-alike is no broker)."""
     found = []
     for entry in root.listdir("proc", ""):
         if not entry.isdigit():
             continue
         try:
-            if BROKER_MAIN_CLASS not in parse_cmdline(root.read_proc(f"{entry}/cmdline")) \
-                    or not trusted(root, int(entry), owners):
-                continue
-            stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
+            if BROKER_MAIN_CLASS in parse_cmdline(root.read_proc(f"{entry}/cmdline")):
+                stat = parse_stat(*read_source(root, "proc", f"{entry}/stat"))
+                found.append(BrokerPid(int(entry), stat.comm, stat.start_ticks))
         except (OSError, ValueError):
             continue  # exited meanwhile, or not readable
-        found.append(BrokerPid(int(entry), stat.comm, stat.start_ticks))
-    return found
+    if trust is None:
+        return found
+    verdicts = trust.judge_all(root, [b.pid for b in found])
+    return [b for b in found if verdicts[b.pid].trusted]
 
 
 def broker_pids(shared: Shared) -> BrokerPids:
     """The broker lookup of a config's collectors: the processes collector's table while it runs (it reads the
     brokers every cycle), else a scan of their own."""
     table = shared.get(process_table) if "processes" in shared.enabled else None
-    return BrokerPids(owners=trusted_uids(shared.config.kafka.broker_user)[0], table=table)
+    return BrokerPids(trust=BrokerTrust(shared.config.kafka.broker_user), table=table)

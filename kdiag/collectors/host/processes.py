@@ -18,9 +18,12 @@ from kdiag.core.procfs import TICKS_PER_SECOND, malformed, parse_stat, read_sour
 from kdiag.core.redact import MASKED, OFF, cmdline_label
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
-from kdiag.core.trust import trusted_uids
+from kdiag.core.brokertrust import BrokerTrust
+from kdiag.core.mountinfo import Placed, block_device, place
 from kdiag.families.process import (
     KAFKA_LOG_DIR_INFO,
+    PROCESS_BROKER_REFUSED,
+    PROCESS_BROKER_STARTED_BY,
     PROCESS_CPU_SECONDS_TOTAL,
     PROCESS_GC_CPU_SECONDS_TOTAL,
     PROCESS_INFO,
@@ -111,7 +114,7 @@ def top_cpu(readings: list[Reading], top_n: int) -> list[Process]:
 class ProcessesCollector(Collector):
     """Brokers and the top_n storage readers: I/O, CPU, fds, and whether they touch a Kafka log dir.
 
-    Only root's and broker_user's kafka.Kafka processes are brokers: another user's is an ordinary process. The
+    The kafka.Kafka processes kdiag.core.brokertrust trusts are brokers: a refused one is an ordinary process. The
     processes read each cycle are ProcessTable's (the moving ones, new pids, the whole table now and then);
     `table.brokers()` gives the brokers to other collectors at no cost.
     """
@@ -121,6 +124,7 @@ class ProcessesCollector(Collector):
         KAFKA_LOG_DIR_INFO, PROCESS_READ_BYTES_TOTAL, PROCESS_RCHAR_BYTES_TOTAL, PROCESS_WRITTEN_BYTES_TOTAL,
         PROCESS_CPU_SECONDS_TOTAL, PROCESS_OPEN_FDS, PROCESS_MAX_FDS, PROCESS_IS_BROKER, PROCESS_TOUCHES_LOG_DIR,
         PROCESS_JVM_MAX_HEAP_BYTES, PROCESS_IS_LOAD_GENERATOR, PROCESS_GC_CPU_SECONDS_TOTAL, PROCESS_INFO,
+        PROCESS_BROKER_REFUSED, PROCESS_BROKER_STARTED_BY,
     )
 
     def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
@@ -129,8 +133,8 @@ class ProcessesCollector(Collector):
         self.cmdline = cmdline  # processes.cmdline: masked | full | off
         self.log_dirs = [os.path.normpath(d) for d in log_dirs]
         self.rediscover_seconds = rediscover_seconds
-        self.table = table or ProcessTable(owners=trusted_uids(broker_user)[0])
-        self._discovered: list[str] = []
+        self.table = table or ProcessTable(trust=BrokerTrust(broker_user))
+        self._discovered: list[Placed] = []
         self._discovered_at = -math.inf
         self._brokers: set[tuple[int, int]] = set()
 
@@ -157,16 +161,30 @@ class ProcessesCollector(Collector):
             except OSError:
                 continue  # exited since the scan, or not ours to inspect
         if discover:
-            found = discover_log_dirs(d.fd_targets for p, d in inspected if p.broker)
+            # A broker in a container names its files as its mount namespace sees them: mapped to this host's.
+            found = sorted({d for p, det in inspected if p.broker
+                            for d in place(root, p.pid, discover_log_dirs([det.fd_targets]))})
             # Keep what was known when a rediscovery sees no segment file (a replay without the fd links).
             self._discovered = found or (self._discovered if broker_keys == self._brokers else [])
             self._discovered_at, self._brokers = root.now(), broker_keys
-        log_dirs = self.log_dirs or self._discovered
-        samples = log_dir_samples(root, log_dirs) if log_dirs else []
+        placed = [Placed(d) for d in self.log_dirs] or self._discovered
+        log_dirs = [d.path for d in placed]
+        samples = log_dir_samples(root, placed) if placed else []
         for p, d in inspected:
             samples += process_samples(p, d, log_dirs, self.cmdline)
             if is_load_generator(p.argv) and (ticks := gc_thread_ticks(root, p.pid)) is not None:
                 samples.append(PROCESS_GC_CPU_SECONDS_TOTAL.sample(ticks / TICKS_PER_SECOND, pid=p.pid, comm=p.stat.comm))
+        known = self.table.known
+        for pid, verdict in sorted(self.table.verdicts.items()):
+            comm = known[pid].process.stat.comm if pid in known else ""
+            if not verdict.trusted:
+                samples.append(PROCESS_BROKER_REFUSED.sample(1, pid=pid, comm=comm, reason=verdict.why))
+                continue
+            w = verdict.workload
+            samples.append(PROCESS_BROKER_STARTED_BY.sample(1, pid=pid, comm=comm, reason=verdict.why,
+                                                           service=w.name if w.kind == "service" else "",
+                                                           container=w.name if w.kind == "container" else "",
+                                                           pod=w.pod))
         return samples
 
 
@@ -209,12 +227,17 @@ def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
     return sorted({d for targets in fd_target_lists for t in targets if (d := log_dir_of(t))})
 
 
-def log_dir_samples(root: Root, log_dirs: list[str]) -> list[Sample]:
-    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md)."""
+def log_dir_samples(root: Root, log_dirs: list[Placed]) -> list[Sample]:
+    """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md);
+    one this host does not mount (a container's volume) by its filesystem's major:minor, with no mountpoint."""
     mounts = parse_mounts(*read_source(root, "proc", "mounts"))
     samples = []
-    for path in log_dirs:
-        device, mountpoint = device_for_path(mounts, path)
+    for path, majmin, source in log_dirs:
+        if majmin:
+            name = block_device(root, majmin)
+            device, mountpoint = (f"/dev/{name}" if name else source), ""
+        else:
+            device, mountpoint = device_for_path(mounts, path)
         for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
             samples.append(KAFKA_LOG_DIR_INFO.sample(1, path=path, device=disk, mountpoint=mountpoint))
     return samples

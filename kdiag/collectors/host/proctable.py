@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection
 from typing import NamedTuple
 
 from kdiag.collectors.host.stat import parse_stat as parse_host_stat
@@ -27,11 +26,10 @@ from kdiag.core.procfs import (
     parse_cmdline,
     parse_key_values,
     parse_stat,
-    process_uids,
     read_source,
 )
+from kdiag.core.brokertrust import BrokerTrust, Verdict
 from kdiag.core.root import Root
-from kdiag.core.trust import trusted_uids
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +48,7 @@ NO_IO = IO(0, 0, 0)
 
 
 class Process(NamedTuple):
-    """One process as its stat, cmdline and io tell; broker: it runs kafka.Kafka as a trusted user."""
+    """One process as its stat, cmdline and io tell; broker: it runs kafka.Kafka and the trust rule trusts it."""
 
     pid: int
     stat: Stat
@@ -113,8 +111,9 @@ def host_work(root: Root) -> HostWork | None:
     return HostWork(root.now(), sum(m.get(mode, 0.0) for m in cpus.values() for mode in BUSY_MODES), pgpgin * 1024)
 
 
-def read_process(root: Root, pid: int, known: Process | None, owners: Collection[int] | None) -> Process:
-    """stat and io of a pid; cmdline and owner only when it is new, its pid reused or its comm changed (an exec).
+def read_process(root: Root, pid: int, known: Process | None) -> Process:
+    """stat and io of a pid; cmdline only when it is new, its pid reused or its comm changed (an exec). broker is
+    whether it runs kafka.Kafka: the table's trust rule judges those.
 
     io is read even when the CPU ticks stand still: ticks are sampled, and a reader that wakes for a millisecond
     between them moves hundreds of MB/s through the page cache without one."""
@@ -126,17 +125,7 @@ def read_process(root: Root, pid: int, known: Process | None, owners: Collection
     if same and known is not None:
         return Process(pid, stat, known.argv, io, known.broker)
     argv = parse_cmdline(root.read_proc(f"{pid}/cmdline"))
-    return Process(pid, stat, argv, io, BROKER_MAIN_CLASS in argv and trusted(root, pid, owners))
-
-
-def trusted(root: Root, pid: int, owners: Collection[int] | None) -> bool:
-    """Whether every uid of the process (real, effective, saved, filesystem) is one of owners; None trusts all."""
-    if owners is None:
-        return True
-    try:
-        return all(uid in owners for uid in process_uids(root, pid))
-    except (OSError, ValueError):
-        return False
+    return Process(pid, stat, argv, io, BROKER_MAIN_CLASS in argv)
 
 
 def moved(p: Process, before: Process) -> bool:
@@ -149,12 +138,13 @@ class ProcessTable:
     """Which pids to read each cycle, and what the last read of each left (`known`, by pid)."""
 
     def __init__(self, full_scan_seconds: float = 120.0, moving_seconds: float = 60.0, trigger_cores: float = 0.08,
-                 trigger_read_bytes_per_second: float = 2 * 2**20, owners: Collection[int] | None = None):
+                 trigger_read_bytes_per_second: float = 2 * 2**20, trust: BrokerTrust | None = None):
         self.full_scan_seconds = full_scan_seconds
         self.moving_seconds = moving_seconds
         self.trigger_cores = trigger_cores
         self.trigger_read_bytes_per_second = trigger_read_bytes_per_second
-        self.owners = owners
+        self.trust = trust  # None: every kafka.Kafka process is a broker (fixtures, tests)
+        self.verdicts: dict[int, Verdict] = {}  # the trust rule's word on each kafka.Kafka process, by pid
         self.known: dict[int, Known] = {}
         self.full_scans = 0  # how many cycles read the whole table: the benchmark reports it
         self._full_at = -math.inf
@@ -178,6 +168,8 @@ class ProcessTable:
             self._full_at = now
             self.full_scans += 1
         self.known = dict(before)  # the pids gone from /proc are forgotten
+        alive = set(listed)
+        self.verdicts = {pid: v for pid, v in self.verdicts.items() if pid in alive}
         for p in procs:
             old = before.get(p.pid)
             if old is None or old.process.stat.start_ticks != p.stat.start_ticks:
@@ -210,10 +202,19 @@ class ProcessTable:
         procs = []
         for pid in pids:
             try:
-                procs.append(read_process(root, pid, k.process if (k := before.get(pid)) else None, self.owners))
+                procs.append(read_process(root, pid, k.process if (k := before.get(pid)) else None))
             except OSError:
                 continue  # exited since the listing, or not ours to read
-        return procs
+        # The candidates read anew (a known process keeps its verdict) are judged together: one read of their names.
+        fresh = [p.pid for p in procs if p.broker and (p.pid not in before or before[p.pid].process.argv is not p.argv)]
+        if self.trust is None or not fresh:
+            return procs
+        verdicts = self.trust.judge_all(root, fresh)
+        for pid, verdict in verdicts.items():
+            if not verdict.trusted and self.verdicts.get(pid) != verdict:
+                log.warning("pid %d runs kafka.Kafka but is not taken for a broker: %s", pid, verdict.why)
+        self.verdicts = {**self.verdicts, **verdicts}  # swapped whole: other collectors' threads read it
+        return [p._replace(broker=False) if p.pid in verdicts and not verdicts[p.pid].trusted else p for p in procs]
 
     def _unexplained(self, host: HostWork, procs: list[Process], before: dict[int, Known]) -> bool:
         """Whether the host did more work since the last cycle than the processes read in both cycles account for."""
@@ -242,5 +243,5 @@ class ProcessTable:
 
 
 def process_table(shared: Shared) -> ProcessTable:
-    """The one table of a config's collectors: only root's and kafka.broker_user's kafka.Kafka processes are brokers."""
-    return ProcessTable(owners=trusted_uids(shared.config.kafka.broker_user)[0])
+    """The one table of a config's collectors: its brokers are the kafka.Kafka processes the trust rule trusts."""
+    return ProcessTable(trust=BrokerTrust(shared.config.kafka.broker_user))

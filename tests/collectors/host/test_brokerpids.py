@@ -3,6 +3,7 @@ import shutil
 from tests.collectors.golden import FIXTURES
 
 from kdiag.collectors.host.brokerpids import BrokerPids
+from kdiag.core.brokertrust import BrokerTrust
 from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.core.root import Root
 
@@ -15,9 +16,9 @@ def test_another_users_kafka_look_alike_is_no_broker(tmp_path):
     shutil.copytree(FIXTURES / "slow-broker-v2/proc", tmp_path / "proc")
     root = Root(tmp_path / "proc", tmp_path / "sys")
     (tmp_path / "proc/4242/status").write_text(STATUS.format(uid=0))
-    assert [b.pid for b in BrokerPids(owners={0, 998}).brokers(root)] == [4242]
+    assert [b.pid for b in BrokerPids(trust=BrokerTrust("998")).brokers(root)] == [4242]
     (tmp_path / "proc/4242/status").write_text(STATUS.format(uid=65534))
-    assert BrokerPids(owners={0, 998}).brokers(root) == []
+    assert BrokerPids(trust=BrokerTrust("998")).brokers(root) == []
     assert [b.pid for b in BrokerPids().brokers(root)] == [4242]  # no owners given: anyone's (fixtures, tests)
 
 

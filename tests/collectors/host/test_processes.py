@@ -100,7 +100,7 @@ def test_kernel_threads_are_scanned_from_stat_alone(tmp_path):
     (tmp_path / "3300" / "io").write_text("rchar: 7\nwchar: 0\nread_bytes: 4096\nwrite_bytes: 0\n")
     (tmp_path / "3300" / "cmdline").write_text("bash\0-c\0du /data\0")
     root = Root(proc=tmp_path, sys=tmp_path)
-    procs = {pid: read_process(root, pid, None, {0}) for pid in (10, 3300)}
+    procs = {pid: read_process(root, pid, None) for pid in (10, 3300)}
     assert procs[10] == Process(10, Stat("kworker/0:0H-events_highpri", 0, 26, "I", True), [], NO_IO)
     assert procs[3300] == Process(3300, Stat("bash", 250, 92000, "S", False), ["bash", "-c", "du /data"], IO(4096, 7, 0))
 
