@@ -30,7 +30,7 @@ def stamp() -> tuple[float, float]:
     return time.perf_counter(), time.thread_time()
 
 
-def timed_cycle(pipeline: Pipeline, root: Root, help_text: dict[str, str]) -> dict[str, tuple[float, float]]:
+def timed_cycle(pipeline: Pipeline, root: Root) -> dict[str, tuple[float, float]]:
     """One Pipeline.step plus the render, as (wall, CPU) seconds per stage (collection's CPU is its threads')."""
     t = root.now()
     marks = [stamp()]
@@ -46,7 +46,7 @@ def timed_cycle(pipeline: Pipeline, root: Root, help_text: dict[str, str]) -> di
     pipeline.adopt(judged)
     marks.append(stamp())
     render_metrics(State(pipeline.host, t, samples, dict(pipeline.collectors.health), signals, judged.current(),
-                         list(judged.resolved)), help_text)
+                         list(judged.resolved)))
     marks.append(stamp())
     out = {stage: (b[0] - a[0], b[1] - a[1]) for stage, a, b in
            zip(("collection", "history", "signals", "rules", "render"), marks, marks[1:], strict=False)}
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         for loop in range(args.loops):
             # Counters restart with each loop, read as resets: timings hold, the rates of that one cycle do not.
             for root in recording.roots(loop * span):
-                for stage, pair in timed_cycle(pipeline, root, collectors.help()).items():
+                for stage, pair in timed_cycle(pipeline, root).items():
                     per_stage[stage].append(pair)
         series = len(pipeline.collectors.run(root))
         subjects = {kind: len(s) for kind, s in compute_signals(pipeline.history, pipeline.window).items() if s}

@@ -24,7 +24,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def cycle(pipeline: Pipeline, root: Root, help_text: dict[str, str]) -> tuple[dict[str, float], int]:
+def cycle(pipeline: Pipeline, root: Root) -> tuple[dict[str, float], int]:
     """One Pipeline.step plus the exporter's render, stage by stage: (seconds per stage, rule evaluations)."""
     clock = time.perf_counter
     t = root.now()
@@ -40,7 +40,7 @@ def cycle(pipeline: Pipeline, root: Root, help_text: dict[str, str]) -> tuple[di
     evaluated = clock()
     state = State(pipeline.host, t, samples, dict(pipeline.collectors.health), signals, judged.current(),
                   list(judged.resolved))
-    render_metrics(state, help_text)
+    render_metrics(state)
     rendered = clock()
     evaluations = sum(len(signals.get(rule.each, {})) for rule in pipeline.engine.rules)
     times = {"collection": collected - start, "history": added - collected, "signals": derived - added,
@@ -60,13 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     collectors = CollectorSet(host_collectors(config))
     pipeline = Pipeline(collectors, rules, socket.gethostname(), config.history, config.signal_window)
     root = Root(config.procfs, config.sysfs)
-    help_text = collectors.help()
     per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
     evaluations: list[int] = []
     per_collector: dict[str, list[float]] = {c.name: [] for c in collectors.collectors}
     step = max(1, args.cycles // 5)
     for i in range(1, args.cycles + 1):
-        times, n = cycle(pipeline, root, help_text)
+        times, n = cycle(pipeline, root)
         for stage, seconds in times.items():
             per_stage[stage].append(seconds)
         evaluations.append(n)

@@ -24,11 +24,11 @@ PROCESS_GC_CPU_SECONDS_TOTAL = counter(
 )
 PROCESS_INFO = gauge(
     "kdiag_process_info",
-    "Command line (secrets masked; see processes.cmdline) and cwd of the process, value 1.",
-    "cmdline",
+    "Command line (secrets masked; see processes.cmdline: off leaves the label out) and cwd of the process, value 1.",
     "comm",
     "cwd",
     "pid",
+    optional=("cmdline",),
 )
 PROCESS_IS_BROKER = gauge("kdiag_process_is_broker", "Whether the process is a Kafka broker (1) or not (0).", "comm", "pid")
 PROCESS_IS_LOAD_GENERATOR = gauge(

@@ -143,13 +143,13 @@ def state_of(samples: list[Sample]) -> State:
 def test_published_caps_metrics_and_counts_drops_but_the_state_keeps_everything():
     published = Published(max_kafka_series=3)
     state = state_of(kafka_samples())
-    published.publish(state, {})
+    published.publish(state)
     fams = {f.name: f for f in text_string_to_metric_families(published.metrics.decode())}
     exported = [s for f in fams.values() for s in f.samples if s.name.startswith("kdiag_kafka_")]
     assert len(exported) == 3
     assert fams["kdiag_series_dropped"].samples[0].value == 3
     assert len(state.samples) == 7  # what the rules saw is untouched
-    published.publish(state, {})
+    published.publish(state)
     fams = {f.name: f for f in text_string_to_metric_families(published.metrics.decode())}
     assert fams["kdiag_series_dropped"].samples[0].value == 6  # a counter: summed over cycles
     assert fams["kdiag_series_dropped"].type == "counter"
@@ -158,7 +158,7 @@ def test_published_caps_metrics_and_counts_drops_but_the_state_keeps_everything(
 @pytest.mark.integration
 def test_uncapped_exports_a_zero_drop_counter():
     published = Published()
-    published.publish(state_of(kafka_samples()), {})
+    published.publish(state_of(kafka_samples()))
     assert b"kdiag_series_dropped_total 0.0" in published.metrics
 
 

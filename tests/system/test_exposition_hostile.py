@@ -138,7 +138,7 @@ def test_every_label_path_parses_and_stays_fresh_over_cycles(state):
     for cycle in range(3):  # rendered, then cached prefixes with new values, then the same again
         moved = State(state.host, state.time + cycle, [s._replace(value=s.value + cycle) for s in state.samples],
                       {}, state.signals, state.diagnoses, cluster=state.cluster)
-        published.publish(moved, {})
+        published.publish(moved)
         promtool_parses(published.metrics)
         fams = parsed(published.metrics)
         assert fams["kdiag_last_cycle_timestamp_seconds"].samples[0].value == state.time + cycle
