@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_auth import JmxAuth
-from kdiag.kafka.jmx_reader import JmxReader
+from kdiag.kafka.jmx_reader import JmxReader, split_netns
 from kdiag.kafka.state import JMX, JmxEndpoint, JmxState, read_jmx_state
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, GAUGE, Sample, SampleKind, sample
@@ -135,8 +135,10 @@ HELP = {
 
 
 def jmx_url(endpoint: str) -> str:
-    """A JMX service URL from a URL or a host:port shorthand."""
-    return endpoint if endpoint.startswith("service:jmx:") else f"service:jmx:rmi:///jndi/rmi://{endpoint}/jmxrmi"
+    """A JMX service URL from a URL or a host:port shorthand, an "@netns:PID" suffix kept."""
+    address, netns = split_netns(endpoint)
+    url = address if address.startswith("service:jmx:") else f"service:jmx:rmi:///jndi/rmi://{address}/jmxrmi"
+    return f"{url}@netns:{netns}" if netns else url
 
 
 def parse_object_name(name: str) -> tuple[str, dict[str, str]]:
@@ -315,8 +317,9 @@ class KafkaJmxCollector(Collector):
             reader.close()
             reader = None
         if reader is None:
+            nsenter = trusted_program("nsenter") if split_netns(url)[1] else ""
             reader = self.readers[url] = JmxReader(url, self.classpath, self.poll_interval, QUERIES, ATTRIBUTES,
-                                                    java=trusted_program("java"), auth=self.auth)
+                                                    java=trusted_program("java"), auth=self.auth, nsenter=nsenter)
         return reader
 
     def ready(self) -> bool:

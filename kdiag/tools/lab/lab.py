@@ -186,11 +186,14 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
 
 
 def _start(d: Path, info: LabInfo, n: int) -> int:
-    """Start node n, as a process or a container as the lab says; return its pid."""
+    """Start node n, as a process or a container as the lab says; return its pid (a container's JMX endpoint in
+    info names it)."""
     jmx_port = info["nodes"][str(n)]["jmx_port"]
     if "containers" in info:
-        return lab_containers.start_node(d, n, info["base_port"], jmx_port, info["containers"], lab_nodes.heap(),
-                                         info.get("jvm_opts", []))
+        pid = lab_containers.start_node(d, n, info["base_port"], jmx_port, info["containers"], lab_nodes.heap(),
+                                        info.get("jvm_opts", []))
+        info["jmx"][str(n)] = f"{jmx_url(jmx_port)}@netns:{pid}"  # JMX answers in the container's namespace only
+        return pid
     return lab_nodes.start(d, n, jmx_port, lab_security.security_of(info), info.get("jvm_opts", []))
 
 

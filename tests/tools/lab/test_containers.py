@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kdiag.collectors.kafka.jmx import KafkaJmxCollector
 from kdiag.tools.lab import containers, lab
 from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.layout import ports
@@ -121,3 +122,16 @@ def test_down_removes_the_cgroups_and_the_bridge(tmp_path: Path) -> None:
     lab.down(tmp_path, purge=True)
     assert not any(d.exists() for d in containers.cgroup_dirs(base, 1).values())
     assert subprocess.run(["ip", "link", "show", containers.bridge(base)], capture_output=True).returncode != 0
+
+
+@pytest.mark.kafka
+def test_kdiag_reads_its_jmx_with_jmxtool_in_its_network_namespace(container_lab: LabInfo) -> None:
+    endpoint = container_lab["jmx"]["1"]
+    assert endpoint.endswith(f"@netns:{container_lab['pids']['1']}")
+    collector = KafkaJmxCollector([endpoint], timeout=60, poll_interval=2,
+                                  classpath=str(Path(container_lab["dir"]) / "libs" / "*"))
+    try:
+        state = collector.fetch()["endpoints"][endpoint]
+    finally:
+        collector.close()
+    assert state.get("broker_id") == "1", state
