@@ -89,6 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.yes_inject_faults:
             _say("kdiag: not a kdiag lab: add --yes-inject-faults to inject these faults")
             return 2
+    if args.all and target is not None and not target.containers:
+        # --all: every drill this lab can run; the container ones need a lab of their own kind.
+        drills = [d for d in drills if not d.containers]
     refused = {d.name: r for d in drills if target is not None and (r := d.refusal(target))}
     runner = Runner(target, args.timeout, _say, args.alertmanager or "", args.serial)
     results = runner.run([d for d in drills if d.name not in refused])
