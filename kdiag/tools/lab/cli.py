@@ -64,7 +64,8 @@ def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespac
 def cmd_up(args: argparse.Namespace) -> int:
     """Handle `kdiag lab up`."""
     with lab.locked(lab_dir(args.dir)):
-        containers = {"memory": args.container_memory * 2**20, "cpus": args.container_cpus} if args.containers else None
+        containers = ({"memory": args.container_memory * 2**20, "cpus": args.container_cpus,
+                       "jmx_exporter": float(args.jmx_exporter)} if args.containers else None)
         info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security,
                       args.mode, args.jvm_opts, containers)
     print("\n".join(_info_lines(info, "running")), flush=True)
@@ -125,6 +126,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="each container's memory limit in MiB (default %(default)s)")
     p.add_argument("--container-cpus", type=float, default=lab_containers.CPUS, metavar="CORES",
                    help="each container's CPU limit in cores (default %(default)s)")
+    p.add_argument("--jmx-exporter", action="store_true",
+                   help="with --containers: each broker also runs the Prometheus jmx_exporter java agent (from Maven "
+                        "Central), serving its MBeans over HTTP on its address at the port below its JMX port")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("status", help="show whether each node runs; exit 1 unless all do")

@@ -12,12 +12,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kdiag.tools.lab.jars import LABFILES, LabError
+from kdiag.tools.lab.jars import LABFILES, LabError, need
 
 UID = 1001  # Strimzi's and Bitnami's; no passwd entry on the host
 DATA, CONFIG, LIBS, LOGS, AGENT = "/var/lib/kafka/data", "/etc/kafka", "/opt/kafka/libs", "/var/log/kafka", "/opt/jmx"
 MEMORY = 1536 * 2**20  # the default limit: the 512 MB heap, metaspace and room for page cache
 CPUS = 1.0
+AGENT_VERSION = "1.0.1"  # io.prometheus.jmx:jmx_prometheus_javaagent
+AGENT_JAR = "jmx_prometheus_javaagent.jar"
 TOOLS = ("unshare", "setpriv", "ip", "mount")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The container's first process: waits for the host to map its users and plug its veth, then mounts, names and
@@ -195,8 +197,31 @@ def host_properties(node_dir: Path) -> str:
     return text.replace(f"log.dirs={DATA}", f"log.dirs={node_dir / 'data'}")
 
 
-def java_command(node_dir: Path, jmx_port: int, heap: str, extra_opts: Sequence[str], agent: str = "") -> list[str]:
-    """The broker's command line as the container runs it: its paths the container's, JMX on its own loopback."""
+def exporter_port(jmx_port: int) -> int:
+    """The jmx_exporter agent's HTTP port on the container's address: the port below JMX's."""
+    return jmx_port - 1
+
+
+def fetch_agent(d: Path) -> Path:
+    """The Prometheus jmx_exporter java agent (from Maven Central) and its config in DIR/agent, fetched unless there."""
+    agent = d / "agent"
+    if not (agent / AGENT_JAR).is_file():
+        need("mvn")
+        proc = subprocess.run(["mvn", "-B", "-q", "dependency:copy",
+                               f"-Dartifact=io.prometheus.jmx:jmx_prometheus_javaagent:{AGENT_VERSION}",
+                               f"-DoutputDirectory={agent}", "-Dmdep.stripVersion=true"],
+                              check=False, capture_output=True, text=True, cwd=d)
+        if proc.returncode != 0 or not (agent / AGENT_JAR).is_file():
+            raise LabError(f"fetching jmx_prometheus_javaagent {AGENT_VERSION} failed:\n{proc.stdout[-2000:]}")
+    # Every MBean in the agent's default names (domain_firstvalue_attribute, the other keys as labels).
+    (agent / "config.yaml").write_text("rules:\n  - pattern: \".*\"\n")
+    return agent
+
+
+def java_command(node_dir: Path, jmx_port: int, heap: str, extra_opts: Sequence[str], agent: bool = False) -> list[str]:
+    """The broker's command line as the container runs it: its paths the container's, JMX on its own loopback; with
+    agent, the jmx_exporter agent serving the MBeans over HTTP on the container's address."""
+    javaagent = f"-javaagent:{AGENT}/{AGENT_JAR}={exporter_port(jmx_port)}:{AGENT}/config.yaml"
     return [
         "java", heap, *extra_opts, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={CONFIG}/log4j2.properties", f"-Dkafka.logs.dir={LOGS}",
@@ -204,7 +229,7 @@ def java_command(node_dir: Path, jmx_port: int, heap: str, extra_opts: Sequence[
         "-Dcom.sun.management.jmxremote=true", f"-Dcom.sun.management.jmxremote.port={jmx_port}",
         f"-Dcom.sun.management.jmxremote.rmi.port={jmx_port}", "-Dcom.sun.management.jmxremote.host=127.0.0.1",
         "-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false",
-        "-Djava.rmi.server.hostname=127.0.0.1", *([agent] if agent else []),
+        "-Djava.rmi.server.hostname=127.0.0.1", *([javaagent] if agent else []),
         "-cp", f"{LIBS}/*", "kafka.Kafka", f"{CONFIG}/server.properties",
     ]
 
@@ -252,10 +277,13 @@ def start(d: Path, n: int, base: int, command: list[str], cgroups: list[Path], a
 
 def start_node(d: Path, n: int, base: int, jmx_port: int, limits: dict[str, float], heap: str,
                extra_opts: Sequence[str]) -> int:
-    """Node n's cgroup and container, the lab's bridge made first; return the broker's pid on the host."""
+    """Node n's cgroup and container (with limits["jmx_exporter"], the agent too), the lab's bridge made first; return
+    the broker's pid on the host."""
     ensure_bridge(base)
     cgroups = make_cgroup(base, n, int(limits["memory"]), limits["cpus"])
-    return start(d, n, base, java_command(d / f"node-{n}", jmx_port, heap, extra_opts), cgroups)
+    agent = fetch_agent(d) if limits.get("jmx_exporter") else None
+    return start(d, n, base, java_command(d / f"node-{n}", jmx_port, heap, extra_opts, agent is not None), cgroups,
+                 agent)
 
 
 def cleanup(base: int, brokers: int) -> None:
