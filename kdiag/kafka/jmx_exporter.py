@@ -40,11 +40,12 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
-def parse_exposition(text: str) -> list[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of every finite sample; ValueError naming the first malformed line."""
+def parse_exposition(text: str, prefixes: tuple[str, ...] = ("",)) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every finite sample whose line starts with one of the prefixes (the others are never
+    read: a broker's thousands of per-topic series cost nothing); ValueError naming the first malformed line."""
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
-        if not line or line.startswith("#"):
+        if not line.startswith(prefixes) or line.startswith("#"):
             continue
         m = LINE.fullmatch(line) if len(line) <= MAX_LINE else None
         try:
@@ -135,7 +136,9 @@ class ExporterReader:
             response.release_conn()
         if len(body) > MAX_BYTES:
             raise ValueError(f"over {MAX_BYTES // 2**20} MiB")
-        return to_values(parse_exposition(body.decode("utf-8", errors="strict")), self.queries, self.attributes)
+        prefixes = tuple({safe(Query(q).domain) + "_" for q in self.queries})
+        return to_values(parse_exposition(body.decode("utf-8", errors="strict"), prefixes), self.queries,
+                         self.attributes)
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -60,6 +60,14 @@ def test_a_malformed_line_fails_the_scrape_naming_it(line: str) -> None:
 
 
 @pytest.mark.unit
+def test_lines_outside_the_wanted_prefixes_are_never_read() -> None:
+    text = 'kafka_server_ReplicaManager_Value{name="LeaderCount"} 4.0\nother_metric{broken 1\n'
+    assert parse_exposition(text, ("kafka_server_",)) == [("kafka_server_ReplicaManager_Value", {"name": "LeaderCount"}, 4.0)]
+    with pytest.raises(ValueError, match="line 2"):
+        parse_exposition(text)
+
+
+@pytest.mark.unit
 def test_escapes_in_label_values_are_read_as_the_format_says() -> None:
     ((_, labels, _),) = parse_exposition('x{a="q\\"\\\\\\n"} 1')
     assert labels == {"a": 'q"\\\n'}
@@ -102,7 +110,7 @@ def test_the_reader_polls_the_agent_and_keeps_its_error(agent: tuple[str, type[A
         assert values and broker_id(values) == "1" and len(values) == 120
     finally:
         reader.close()
-    handler.body = b'kafka_x{name="unterminated} 1\n'
+    handler.body = b'kafka_server_x{name="unterminated} 1\n'
     reader = ExporterReader(url, 0.2, QUERIES, ATTRIBUTES, timeout=5)
     try:
 

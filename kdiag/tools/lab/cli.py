@@ -5,7 +5,8 @@
     bootstrap: 127.0.0.1:9092[,...]
     zookeeper: 127.0.0.1:P running|stopped (ZooKeeper mode only)
     broker: N HOST:CLIENT controller=HOST:CTRL (HOST 127.0.0.1, or a --containers node's own address)
-    jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi
+    jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi[@netns:PID] (a --containers node's in its namespace)
+    exporter: N http://HOST:P/metrics (--jmx-exporter: the node's jmx_exporter agent)
 (`status` adds "node: N running pid=P" or "node: N stopped" lines).
 """
 
@@ -44,6 +45,9 @@ def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = 
         lines.append(f"broker: {n} {host}:{node['client']}{controller}")
     for n in range(1, info["brokers"] + 1):
         lines.append(f"jmx: {n} {info['jmx'][str(n)]}")
+    if info.get("containers", {}).get("jmx_exporter"):
+        for n in range(1, info["brokers"] + 1):
+            lines.append(f"exporter: {n} {lab_containers.exporter_url(info, n)}")
     if pids is not None:
         for n, pid in pids.items():
             lines.append(f"node: {n} running pid={pid}" if pid else f"node: {n} stopped")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LABFILES, LabError, need
 
 UID = 1001  # Strimzi's and Bitnami's; no passwd entry on the host
@@ -200,6 +201,11 @@ def host_properties(node_dir: Path) -> str:
 def exporter_port(jmx_port: int) -> int:
     """The jmx_exporter agent's HTTP port on the container's address: the port below JMX's."""
     return jmx_port - 1
+
+
+def exporter_url(info: LabInfo, n: int) -> str:
+    """Node n's jmx_exporter agent endpoint, reachable from the host over the lab's bridge."""
+    return f"http://{address(info['base_port'], n)}:{exporter_port(info['nodes'][str(n)]['jmx_port'])}/metrics"
 
 
 def fetch_agent(d: Path) -> Path:

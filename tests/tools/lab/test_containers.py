@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.collectors.kafka.jmx import KafkaJmxCollector
+from kdiag.collectors.kafka.jmx import KafkaJmxCollector, samples_from_jmx_state
 from kdiag.tools.lab import containers, lab
 from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.layout import ports
@@ -54,7 +54,7 @@ def container_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabInfo]
     if _refusal():
         pytest.skip(_refusal())
     d = tmp_path_factory.mktemp("lab-containers")
-    info = lab.up(d, brokers=1, base_port=BASE, containers={"memory": 1024 * 2**20, "cpus": 0.5})
+    info = lab.up(d, brokers=1, base_port=BASE, containers={"memory": 1024 * 2**20, "cpus": 0.5, "jmx_exporter": 1.0})
     try:
         yield info
     finally:
@@ -135,3 +135,18 @@ def test_kdiag_reads_its_jmx_with_jmxtool_in_its_network_namespace(container_lab
     finally:
         collector.close()
     assert state.get("broker_id") == "1", state
+
+
+@pytest.mark.kafka
+def test_its_jmx_exporter_agent_gives_kdiag_the_mbeans_jmxtool_does(container_lab: LabInfo) -> None:
+    endpoint, url = container_lab["jmx"]["1"], containers.exporter_url(container_lab, 1)
+    collector = KafkaJmxCollector([endpoint, url], timeout=60, poll_interval=2,
+                                  classpath=str(Path(container_lab["dir"]) / "libs" / "*"))
+    try:
+        state = collector.fetch()["endpoints"]
+    finally:
+        collector.close()
+    assert state[url].get("broker_id") == state[endpoint].get("broker_id") == "1", state[url].get("error")
+    by_jmxtool = {(s.name, s.labels) for s in samples_from_jmx_state({"endpoints": {"e": state[endpoint]}})}
+    by_agent = {(s.name, s.labels) for s in samples_from_jmx_state({"endpoints": {"e": state[url]}})}
+    assert by_agent == by_jmxtool and len(by_agent) > 50
