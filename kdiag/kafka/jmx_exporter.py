@@ -68,13 +68,18 @@ class Query:
         parts = props.split(",")
         self.open = parts[-1] == "*"
         self.keys = dict(p.split("=", 1) for p in parts if "=" in p)
+        self.prefix = safe(self.domain) + "_"
+        # The values the agent's name may carry: a fixed key's (made safe), or any under a wildcard.
+        self.names = None if "*" in self.keys.values() or self.open else {safe(v) for v in self.keys.values()}
 
     def mbean(self, name: str, labels: dict[str, str], attribute: str) -> str | None:
         """The object name this query matches for a sample of `attribute`, None when it matches none."""
-        prefix, suffix = safe(self.domain) + "_", "_" + attribute
+        prefix, suffix = self.prefix, "_" + attribute
         if not (name.startswith(prefix) and name.endswith(suffix)) or len(name) <= len(prefix) + len(suffix):
             return None
         value = name[len(prefix):-len(suffix)]
+        if self.names is not None and value not in self.names:
+            return None
         if any(k not in self.keys for k in labels) and not self.open:
             return None
         if any(labels.get(k, v) != v for k, v in self.keys.items() if v != "*"):
@@ -93,13 +98,16 @@ class Query:
 def to_values(samples: list[tuple[str, dict[str, str], float]], queries: tuple[str, ...],
               attributes: tuple[str, ...]) -> dict[str, float]:
     """The samples that kdiag's queries and attributes ask for, keyed "<mbean>|<attribute>" as JmxTool's."""
-    parsed = [Query(q) for q in queries]
+    by_prefix: dict[str, list[Query]] = {}
+    for q in map(Query, queries):
+        by_prefix.setdefault(q.prefix, []).append(q)
     values = {}
     for name, labels, value in samples:
-        for attribute in attributes:
+        candidates = next((qs for prefix, qs in by_prefix.items() if name.startswith(prefix)), [])
+        for attribute in attributes if candidates else ():
             if not name.endswith("_" + attribute):
                 continue
-            mbean = next((m for q in parsed if (m := q.mbean(name, labels, attribute))), None)
+            mbean = next((m for q in candidates if (m := q.mbean(name, labels, attribute))), None)
             if mbean:
                 values[f"{mbean}|{attribute}"] = value
     return values
@@ -136,7 +144,7 @@ class ExporterReader:
             response.release_conn()
         if len(body) > MAX_BYTES:
             raise ValueError(f"over {MAX_BYTES // 2**20} MiB")
-        prefixes = tuple({safe(Query(q).domain) + "_" for q in self.queries})
+        prefixes = tuple({Query(q).prefix for q in self.queries})
         return to_values(parse_exposition(body.decode("utf-8", errors="strict"), prefixes), self.queries,
                          self.attributes)
 
