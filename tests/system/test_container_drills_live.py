@@ -17,7 +17,7 @@ import pytest
 from kdiag.tools.lab import containers, lab
 
 pytestmark = pytest.mark.drills
-BASE = 33292  # ports and a subnet apart from every other lab of the run
+BASE = 33392  # ports and a subnet apart from every other lab of the run
 DRILLS = ["forced-fsync", "broker-throttled", "container-memory"]
 
 
