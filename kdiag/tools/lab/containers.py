@@ -24,7 +24,9 @@ AGENT_JAR = "jmx_prometheus_javaagent.jar"
 TOOLS = ("unshare", "setpriv", "ip", "mount")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # The container's first process: waits for the host to map its users and plug its veth, then mounts, names and
-# addresses itself and becomes uid 1001 with no capabilities. $1 address, $2 hostname, then the mounts' host dirs.
+# addresses itself and becomes uid 1001 with no capabilities. $1 address, $2 hostname, then the mounts' host dirs and
+# the file of the broker's arguments: kept off unshare's and this shell's command lines, which a host-side kdiag
+# would otherwise take for root's brokers.
 INIT = r"""
 read _ || exit 1
 set -e
@@ -38,7 +40,9 @@ hostname "$2"
 ip link set lo up
 ip link set eth0 up
 ip addr add "$1/24" dev eth0
-shift 7
+command="$8"
+set --
+while IFS= read -r arg; do set -- "$@" "$arg"; done < "$command"
 exec setpriv --reuid 1001 --regid 1001 --clear-groups --inh-caps=-all --bounding-set=-all "$@" </dev/null
 """
 
@@ -258,7 +262,12 @@ def start(d: Path, n: int, base: int, command: list[str], cgroups: list[Path], a
     join = "".join(f'echo $$ > "{c}/cgroup.procs"; ' for c in cgroups)
     unshare = ["unshare", "--user", "--pid", "--mount", "--uts", "--net", "--ipc", "--fork", "--kill-child",
                "sh", "-c", INIT, "init", address(base, n), f"kafka-{n}", str(node_dir / "data"),
-               str(node_dir / "config"), str(node_dir / "logs"), str(d / "libs"), str(agent_dir or ""), *command]
+               str(node_dir / "config"), str(node_dir / "logs"), str(d / "libs"), str(agent_dir or ""),
+               str(node_dir / "command")]
+    # Root's alone: the container's root runs what it says, before it drops to uid 1001.
+    fd = os.open(node_dir / "command", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(arg + "\n" for arg in command))
     with open(node_dir / "stdout.log", "ab") as out:
         proc = subprocess.Popen(["sh", "-c", join + 'exec "$@"', "join", *unshare], stdin=subprocess.PIPE,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")

@@ -1,6 +1,7 @@
 """Tests of `kdiag lab up --containers`: the container's properties, and a real one-broker container lab (kafka tier)."""
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -150,3 +151,14 @@ def test_its_jmx_exporter_agent_gives_kdiag_the_mbeans_jmxtool_does(container_la
     by_jmxtool = {(s.name, s.labels) for s in samples_from_jmx_state({"endpoints": {"e": state[endpoint]}})}
     by_agent = {(s.name, s.labels) for s in samples_from_jmx_state({"endpoints": {"e": state[url]}})}
     assert by_agent == by_jmxtool and len(by_agent) > 50
+
+
+@pytest.mark.kafka
+def test_only_the_broker_carries_its_command_line_not_roots_unshare(container_lab: LabInfo) -> None:
+    pid = container_lab["pids"]["1"]
+    parent = re.search(r"\nPPid:\t(\d+)\n", Path(f"/proc/{pid}/status").read_text())
+    assert parent and Path(f"/proc/{parent[1]}/comm").read_text().strip() == "unshare"
+    assert b"kafka.Kafka" not in Path(f"/proc/{parent[1]}/cmdline").read_bytes()
+    assert b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    command = Path(container_lab["dir"]) / "node-1" / "command"
+    assert command.stat().st_uid == 0 and command.stat().st_mode & 0o077 == 0
