@@ -5,6 +5,7 @@ disk subject)."""
 from __future__ import annotations
 
 import itertools
+import re
 from collections import deque
 
 from kdiag.core.history import History, counter_increase
@@ -29,9 +30,11 @@ PROC_SCHEMA = {
     "memory_limit_hits_per_second": "times per second that cgroup reached its limit and reclaimed (memory.events max, "
                                     "v1 memory.failcnt)",
     "memory_cgroup": "the cgroup whose memory limit is the smallest",
+    "memory_where": "that cgroup as its path names it: a Kubernetes pod UID and container id, else the cgroup path",
     "memory_oom_kills_recent": f"processes the OOM killer killed in the cgroups holding the process in the last "
                                f"{ERRORS_SECONDS:.0f} s, the process's own predecessors in them included",
     "memory_oom_cgroup": "the cgroup where those OOM kills were counted",
+    "memory_oom_where": "that cgroup as its path names it: a Kubernetes pod UID and container id, else the cgroup path",
 }
 DISK_SCHEMA = {
     "io_errors_recent": f"I/O errors the disk (SCSI ioerr_cnt) or its md member reported in the last {ERRORS_SECONDS:.0f} s",
@@ -40,6 +43,22 @@ DISK_SCHEMA = {
     "journal_commits_per_second": "transactions that journal commits per second",
     "journal_busy_share": "share of the time that journal spends committing (commits/s x commit time, 0-1)",
 }
+
+
+# Kubernetes' cgroups: the systemd driver's kubepods-<qos>-pod<uid with _>.slice/<runtime>-<id>.scope, the cgroupfs
+# driver's kubepods/<qos>/pod<uid>/<id>.
+POD = re.compile(r"(?:^|/)kubepods[^/]*?-pod([0-9a-f_]+)\.slice(?:/(?:cri-containerd|crio|docker)-([0-9a-f]+)\.scope)?"
+                 r"|(?:^|/)kubepods(?:/[a-z]+)?/pod([0-9a-f-]+)(?:/([0-9a-f]+))?")
+
+
+def where(cgroup: str) -> str:
+    """A cgroup named as Kubernetes names it, "pod UID container ID (cgroup PATH)", else "cgroup PATH"."""
+    m = POD.search(cgroup)
+    if m is None:
+        return f"cgroup {cgroup}"
+    pod = (m.group(1) or "").replace("_", "-") or m.group(3)
+    container = m.group(2) or m.group(4)
+    return f"pod {pod}" + (f" container {container[:12]}" if container else "") + f" (cgroup {cgroup})"
 
 
 def window_mean(points: deque[tuple[float, float]], window: float) -> float:
@@ -119,7 +138,7 @@ def proc_memory_signals(history: History, window: float) -> dict[str, Signals]:
         put(signals, memory_limit_bytes=limit, memory_usage_share=ratio(usage.get((pid, cgroup)), limit),
             memory_anon_bytes=anon, memory_file_bytes=kinds.get((pid, cgroup, "file")),
             memory_cache_room_bytes=None if anon is None else max(limit - anon, 0.0),
-            memory_limit_hits_per_second=hits.get((pid, cgroup)), memory_cgroup=cgroup)
+            memory_limit_hits_per_second=hits.get((pid, cgroup)), memory_cgroup=cgroup, memory_where=where(cgroup))
     # A killed broker's series end with it; its successor in the same cgroup starts at the count that includes the
     # kill: the cgroup's count over every pid's points, the gone ones' included, tells it.
     name = "kdiag_process_cgroup_memory_oom_kills_total"
@@ -134,5 +153,5 @@ def proc_memory_signals(history: History, window: float) -> dict[str, Signals]:
         kills = max(values) - min(values)
         signals = out.setdefault(labels.get("pid", ""), {})
         if kills >= float(signals.get("memory_oom_kills_recent", 0.0)):
-            put(signals, memory_oom_kills_recent=kills, memory_oom_cgroup=cgroup)
+            put(signals, memory_oom_kills_recent=kills, memory_oom_cgroup=cgroup, memory_oom_where=where(cgroup))
     return out

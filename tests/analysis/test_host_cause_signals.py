@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.analysis.host_cause_signals import proc_memory_signals
+from kdiag.analysis.host_cause_signals import proc_memory_signals, where
 from kdiag.core.history import History
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 
@@ -55,3 +55,19 @@ def test_old_kills_are_not_recent() -> None:
     h.add(400.0, cgroup("9", CONTAINER, 2 * GiB, GiB, GiB, 0, 0, 4))
     h.add(700.0, cgroup("9", CONTAINER, 2 * GiB, GiB, GiB, 0, 0, 4))
     assert proc_memory_signals(h, 30.0)["9"]["memory_oom_kills_recent"] == 0.0
+
+
+@pytest.mark.parametrize(("cgroup", "named"), [
+    ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e_a2b3.slice/cri-containerd-4c2a9d8e7f6b5a41.scope",
+     "pod 0f1e-a2b3 container 4c2a9d8e7f6b"),
+    ("/kubepods.slice/kubepods-pod77aa_01.slice", "pod 77aa-01"),
+    ("/kubepods/burstable/pod0f1e-a2b3/4c2a9d8e7f6b5a41", "pod 0f1e-a2b3 container 4c2a9d8e7f6b"),
+    ("/kubepods/pod0f1e-a2b3", "pod 0f1e-a2b3"),
+])
+def test_a_kubernetes_cgroup_is_named_by_its_pod_and_container(cgroup: str, named: str) -> None:
+    assert where(cgroup) == f"{named} (cgroup {cgroup})"
+
+
+def test_any_other_cgroup_is_named_by_its_path() -> None:
+    assert where("/system.slice/kafka.service") == "cgroup /system.slice/kafka.service"
+    assert where("/user.slice/kubepods-fake") == "cgroup /user.slice/kubepods-fake"

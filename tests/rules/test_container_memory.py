@@ -81,6 +81,7 @@ def test_the_starved_broker_is_named_with_its_cgroup_and_cache_room(recordings: 
     assert d["evidence"]["memory_cache_room_bytes"] == 0.5 * GiB
     assert d["evidence"]["read_bytes_per_second"] == pytest.approx(5 * MB, rel=0.05)
     assert json.dumps(d["summary"]).count("cri-containerd-4c2a.scope") == 1
+    assert "while its pod 0f1e container 4c2a (cgroup /kubepods.slice/" in d["summary"]
 
 
 def test_the_oom_kill_names_the_cgroup_where_it_was_counted(recordings: Path, capsys: pytest.CaptureFixture) -> None:
