@@ -10,6 +10,9 @@
 # the path the broker's -cp names (kdiag run takes it from the broker process), e.g. -v /opt/kafka/libs:/opt/kafka/libs:ro,
 # or set kafka.jmx_classpath
 #
+# On Kubernetes: deploy/kubernetes (README, "Kubernetes"): root with the unit's two capabilities only, since a
+# non-root user keeps no added capability there.
+#
 # Non-root, as the broker's uid (its /proc entries are then readable without any capability); see
 # docs/DEPLOY.md for what the two --cap-add flags do (under Docker: nothing for a non-root user).
 #
@@ -32,13 +35,17 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
-COPY pyproject.toml ./
+COPY pyproject.toml constraints.txt ./
 # kdiag/rules is a symlink to rules/: both are needed for the wheel to carry the catalog.
 COPY rules ./rules
 COPY kdiag ./kdiag
-RUN pip install . \
+# The dependencies at the versions kdiag's tests pass with (constraints.txt), not whatever is newest at build time.
+RUN pip install -c constraints.txt . \
     && rm -rf /src \
-    && useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kdiag
+    && useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kdiag \
+    && mkdir -p /etc/kdiag /var/lib/kdiag \
+    && echo '{}' > /etc/kdiag/kdiag.yaml \
+    && chown kdiag:kdiag /var/lib/kdiag && chmod 0700 /var/lib/kdiag
 
 WORKDIR /
 USER kdiag
@@ -46,5 +53,6 @@ EXPOSE 9745
 # /healthz turns non-200 when collection stalls; point KDIAG_HEALTHCHECK_URL elsewhere if --listen differs.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ['KDIAG_HEALTHCHECK_URL'], timeout=4)"]
+# As the systemd unit runs it (systemd/kdiag.service): every key has a default, /etc/kdiag/kdiag.yaml is mounted over.
 ENTRYPOINT ["kdiag"]
-CMD ["run"]
+CMD ["run", "--config", "/etc/kdiag/kdiag.yaml"]

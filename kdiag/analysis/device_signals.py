@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from kdiag.core.blockdev import is_stacked
 from kdiag.core.history import History
-from kdiag.analysis.host_cause_signals import DISK_SCHEMA, PROC_SCHEMA, disk_cause_signals, proc_wait_signals
+from kdiag.analysis.host_cause_signals import (DISK_SCHEMA, PROC_SCHEMA, disk_cause_signals, proc_memory_signals,
+                                               proc_wait_signals)
 from kdiag.analysis.signals import (Signals, cpu_mode_rates, latest_by, latest_per, one, put, rates_by, rates_per, ratio,
                                     series_change, shares, subject)
 from kdiag.families.host import INTERRUPTS_TOTAL
@@ -218,6 +219,7 @@ def proc_signals(history: History, window: float) -> dict[str, Signals]:
     load_generator = latest_per(history, PROCESS_IS_LOAD_GENERATOR, "pid")
     gc_cpu = rates_per(history, PROCESS_GC_CPU_SECONDS_TOTAL, window, "pid")
     waits = proc_wait_signals(history, window)
+    memory = proc_memory_signals(history, window)
     out = {}
     for labels, _, _ in history.series(PROCESS_INFO.name):
         pid = labels["pid"]
@@ -239,4 +241,5 @@ def proc_signals(history: History, window: float) -> dict[str, Signals]:
             gc_cpu_share=ratio(gc_cpu.get(pid), cpu.get(pid)),
         )
         out[pid].update(waits.get(pid, {}))
+        out[pid].update(memory.get(pid, {}))
     return out

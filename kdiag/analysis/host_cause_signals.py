@@ -1,20 +1,26 @@
 """Signals of why a broker is slow as its host sees it: its threads waiting for a CPU or in D state, its cgroup's CPU
-throttling (added to the proc subject), and the journal and I/O errors of its log disks (added to the disk subject)."""
+throttling and memory limit (added to the proc subject), and the journal and I/O errors of its log disks (added to the
+disk subject)."""
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections import deque
 
 from kdiag.core.history import History, counter_increase
 from kdiag.analysis.signals import Signals, latest_by, put, rates_by, rates_per, ratio
-from kdiag.families.host import PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS
 from kdiag.families.process import (
     KAFKA_LOG_DIR_INFO, PROCESS_CGROUP_CPU_PERIODS_TOTAL, PROCESS_CGROUP_CPU_QUOTA_CORES,
     PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL,
 )
 from kdiag.families.storage import (
     DISK_IO_ERRORS_TOTAL, FILESYSTEM_INFO, JBD2_COMMIT_SECONDS, JBD2_TRANSACTIONS_TOTAL, MD_MEMBER_ERRORS_TOTAL,
+)
+from kdiag.families.host import PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS
+from kdiag.families.process import (
+    PROCESS_CGROUP_MEMORY_BYTES, PROCESS_CGROUP_MEMORY_LIMIT_BYTES, PROCESS_CGROUP_MEMORY_LIMIT_HITS_TOTAL,
+    PROCESS_CGROUP_MEMORY_OOM_KILLS_TOTAL, PROCESS_CGROUP_MEMORY_USAGE_BYTES,
 )
 
 ERRORS_SECONDS = 300.0
@@ -28,6 +34,19 @@ PROC_SCHEMA = {
     "cpu_throttled_share": "share of quota periods in which its most throttled cgroup ran out of quota (0-1)",
     "cpu_throttled_seconds_per_second": "seconds per second that cgroup's tasks were stopped for want of quota",
     "cgroup": "the cgroup (quota set there) that throttles the process most",
+    "memory_limit_bytes": "the smallest memory limit of the cgroups holding the process, page cache included",
+    "memory_usage_share": "that cgroup's memory use over its limit (0-1)",
+    "memory_anon_bytes": "that cgroup's anonymous memory (heap, stacks): what the page cache cannot take back",
+    "memory_file_bytes": "that cgroup's page cache",
+    "memory_cache_room_bytes": "the most page cache that cgroup can hold: its limit less its anonymous memory",
+    "memory_limit_hits_per_second": "times per second that cgroup reached its limit and reclaimed (memory.events max, "
+                                    "v1 memory.failcnt)",
+    "memory_cgroup": "the cgroup whose memory limit is the smallest",
+    "memory_where": "that cgroup as its path names it: a Kubernetes pod UID and container id, else the cgroup path",
+    "memory_oom_kills_recent": f"processes the OOM killer killed in the cgroups holding the process in the last "
+                               f"{ERRORS_SECONDS:.0f} s, the process's own predecessors in them included",
+    "memory_oom_cgroup": "the cgroup where those OOM kills were counted",
+    "memory_oom_where": "that cgroup as its path names it: a Kubernetes pod UID and container id, else the cgroup path",
 }
 DISK_SCHEMA = {
     "io_errors_recent": f"I/O errors the disk (SCSI ioerr_cnt) or its md member reported in the last {ERRORS_SECONDS:.0f} s",
@@ -36,6 +55,22 @@ DISK_SCHEMA = {
     "journal_commits_per_second": "transactions that journal commits per second",
     "journal_busy_share": "share of the time that journal spends committing (commits/s x commit time, 0-1)",
 }
+
+
+# Kubernetes' cgroups: the systemd driver's kubepods-<qos>-pod<uid with _>.slice/<runtime>-<id>.scope, the cgroupfs
+# driver's kubepods/<qos>/pod<uid>/<id>.
+POD = re.compile(r"(?:^|/)kubepods[^/]*?-pod([0-9a-f_]+)\.slice(?:/(?:cri-containerd|crio|docker)-([0-9a-f]+)\.scope)?"
+                 r"|(?:^|/)kubepods(?:/[a-z]+)?/pod([0-9a-f-]+)(?:/([0-9a-f]+))?")
+
+
+def where(cgroup: str) -> str:
+    """A cgroup named as Kubernetes names it, "pod UID container ID (cgroup PATH)", else "cgroup PATH"."""
+    m = POD.search(cgroup)
+    if m is None:
+        return f"cgroup {cgroup}"
+    pod = (m.group(1) or "").replace("_", "-") or m.group(3)
+    container = m.group(2) or m.group(4)
+    return f"pod {pod}" + (f" container {container[:12]}" if container else "") + f" (cgroup {cgroup})"
 
 
 def window_mean(points: deque[tuple[float, float]], window: float) -> float:
@@ -99,3 +134,36 @@ def disk_cause_signals(history: History, window: float) -> dict[str, Signals]:
                     journal_commits_per_second=commits.get(journal), journal_busy_share=min(busy, 1.0))
     return out
 
+
+
+def proc_memory_signals(history: History, window: float) -> dict[str, Signals]:
+    """{pid: the smallest memory limit holding it and that cgroup's use, and recent OOM kills in its cgroups}."""
+    out: dict[str, Signals] = {}
+    usage = latest_by(history, PROCESS_CGROUP_MEMORY_USAGE_BYTES, "pid", "cgroup")
+    kinds = latest_by(history, PROCESS_CGROUP_MEMORY_BYTES, "pid", "cgroup", "type")
+    hits = rates_by(history, PROCESS_CGROUP_MEMORY_LIMIT_HITS_TOTAL, window, "pid", "cgroup")
+    for (pid, cgroup), limit in latest_by(history, PROCESS_CGROUP_MEMORY_LIMIT_BYTES, "pid", "cgroup").items():
+        signals = out.setdefault(pid, {})
+        if limit >= float(signals.get("memory_limit_bytes", limit + 1)):
+            continue
+        anon = kinds.get((pid, cgroup, "anon"))
+        put(signals, memory_limit_bytes=limit, memory_usage_share=ratio(usage.get((pid, cgroup)), limit),
+            memory_anon_bytes=anon, memory_file_bytes=kinds.get((pid, cgroup, "file")),
+            memory_cache_room_bytes=None if anon is None else max(limit - anon, 0.0),
+            memory_limit_hits_per_second=hits.get((pid, cgroup)), memory_cgroup=cgroup, memory_where=where(cgroup))
+    # A killed broker's series end with it; its successor in the same cgroup starts at the count that includes the
+    # kill: the cgroup's count over every pid's points, the gone ones' included, tells it.
+    name = PROCESS_CGROUP_MEMORY_OOM_KILLS_TOTAL.name
+    by_cgroup: dict[str, list[tuple[float, float]]] = {}
+    for labels, points in history.recent_series(name):
+        by_cgroup.setdefault(labels.get("cgroup", ""), []).extend(points)
+    for labels, _, _ in history.series(name):
+        cgroup = labels.get("cgroup", "")
+        merged = by_cgroup[cgroup]
+        start = max(t for t, _ in merged) - ERRORS_SECONDS
+        values = [v for t, v in merged if t >= start]
+        kills = max(values) - min(values)
+        signals = out.setdefault(labels.get("pid", ""), {})
+        if kills >= float(signals.get("memory_oom_kills_recent", 0.0)):
+            put(signals, memory_oom_kills_recent=kills, memory_oom_cgroup=cgroup, memory_oom_where=where(cgroup))
+    return out

@@ -5,12 +5,23 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 import subprocess
 import threading
 import time
 
 from kdiag.kafka import jmx_legacy
 from kdiag.kafka.jmx_auth import JmxAuth
+
+
+# An endpoint reached inside the network namespace of a process: a container's JMX, bound to its own loopback.
+NETNS = re.compile(r"(.+)@netns:([1-9][0-9]{0,9})")
+
+
+def split_netns(endpoint: str) -> tuple[str, int | None]:
+    """(the endpoint, the pid whose network namespace it is in) of "ENDPOINT@netns:PID"; (endpoint, None) otherwise."""
+    m = NETNS.fullmatch(endpoint)
+    return (m.group(1), int(m.group(2))) if m else (endpoint, None)
 
 
 def parse_row(header: list[str], row: list[str]) -> dict[str, float]:
@@ -36,8 +47,11 @@ class JmxReader:
     JVM_FLAGS = ("-Xmx32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData")
 
     def __init__(self, url: str, classpath: str, poll_interval: float, queries: tuple[str, ...],
-                 attributes: tuple[str, ...], java: str, auth: JmxAuth | None = None):
+                 attributes: tuple[str, ...], java: str, auth: JmxAuth | None = None, nsenter: str = ""):
+        """With url's "@netns:PID", the JVM runs in that process's network namespace (through `nsenter`, the trusted
+        program's path); its files stay the host's."""
         self.url = url
+        url, netns = split_netns(url)
         self.auth = auth or JmxAuth()
         self.started = time.monotonic()
         self.latest: tuple[float, dict[str, float]] | None = None
@@ -55,9 +69,11 @@ class JmxReader:
                 args += ["--object-name", query]
         # The main class and its arguments (credentials among them) come from an @argfile pipe, not argv.
         argfile = self.auth.pipe(main, args)
+        enter = [nsenter, f"--net=/proc/{netns}/ns/net", "--"] if netns else []
         try:
             self.process = subprocess.Popen(
-                ["/bin/sh", "-c", self.WRAPPER, "sh", java, *self.JVM_FLAGS, "-cp", classpath, f"@/dev/fd/{argfile}"],
+                ["/bin/sh", "-c", self.WRAPPER, "sh", *enter, java, *self.JVM_FLAGS, "-cp", classpath,
+                 f"@/dev/fd/{argfile}"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

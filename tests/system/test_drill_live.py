@@ -148,7 +148,7 @@ def test_every_drill_is_diagnosed_alerted_and_reverted_and_leaves_the_cluster_wh
     # `kdiag drill run --all` (about 11 minutes); without --own-lab (a shared lab), the drills that neither stop
     # brokers nor set cluster-wide configs.
     breaking_allowed = pytestconfig.getoption("own_lab")
-    names = [d.name for d in DRILLS if not d.replay and (breaking_allowed or d.name not in BREAKING)]
+    names = [d.name for d in DRILLS if not d.replay and not d.containers and (breaking_allowed or d.name not in BREAKING)]
     shared = Shared.from_env()
     stack = None if shared else Stack(tmp_path)
     try:

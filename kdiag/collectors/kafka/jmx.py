@@ -53,7 +53,8 @@ from kdiag.families.kafka import (
 )
 from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_auth import JmxAuth
-from kdiag.kafka.jmx_reader import JmxReader
+from kdiag.kafka.jmx_exporter import ExporterReader
+from kdiag.kafka.jmx_reader import JmxReader, split_netns
 from kdiag.kafka.state import JMX, JmxEndpoint, JmxState, read_jmx_state
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,18 @@ ATTRIBUTES = (
 
 
 def jmx_url(endpoint: str) -> str:
-    """A JMX service URL from a URL or a host:port shorthand."""
-    return endpoint if endpoint.startswith("service:jmx:") else f"service:jmx:rmi:///jndi/rmi://{endpoint}/jmxrmi"
+    """A JMX service URL from a URL or a host:port shorthand, an "@netns:PID" suffix kept; a jmx_exporter agent's
+    http(s) URL as it is."""
+    if exporter(endpoint):
+        return endpoint
+    address, netns = split_netns(endpoint)
+    url = address if address.startswith("service:jmx:") else f"service:jmx:rmi:///jndi/rmi://{address}/jmxrmi"
+    return f"{url}@netns:{netns}" if netns else url
+
+
+def exporter(url: str) -> bool:
+    """Whether an endpoint is a jmx_exporter agent's HTTP endpoint (read without a JVM)."""
+    return url.startswith(("http://", "https://"))
 
 
 def parse_object_name(name: str) -> tuple[str, dict[str, str]]:
@@ -255,7 +266,8 @@ def default_classpath() -> str:
 
 @registered(default=lambda config: bool(config.kafka.jmx), kafka_source="jmx")
 class KafkaJmxCollector(Collector):
-    """Broker metrics from JMX, one resident JmxTool per endpoint; failing endpoints only report jmx_up 0."""
+    """Broker metrics from JMX, one resident JmxTool per endpoint (or a poller of a jmx_exporter agent's http(s)
+    endpoint); failing endpoints only report jmx_up 0."""
 
     name = "kafka_jmx"
     families = (
@@ -285,7 +297,7 @@ class KafkaJmxCollector(Collector):
         self.classpath = classpath or default_classpath()
         self.refresh = refresh
         self.restart_after = restart_after
-        self.readers: dict[str, JmxReader] = {}
+        self.readers: dict[str, JmxReader | ExporterReader] = {}
         self._handed: dict[str, tuple[float, dict[str, float]] | None] = {}  # per endpoint, the row fetch last saw
         self._carried: dict[str, tuple[float, dict[str, float]] | None] = {}  # a replaced old JmxTool's last row
         self._lock = threading.Lock()
@@ -302,7 +314,7 @@ class KafkaJmxCollector(Collector):
         """How old a reader's last row may be before the endpoint counts as down."""
         return 2 * self.poll_interval + self.timeout
 
-    def _due(self, reader: JmxReader, now: float) -> bool:
+    def _due(self, reader: JmxReader | ExporterReader, now: float) -> bool:
         """Whether a reader must be replaced: stale or older than `refresh` while alive; dead (at most once a minute)."""
         if reader.alive():
             last = reader.latest[0] if reader.latest else reader.started
@@ -312,7 +324,7 @@ class KafkaJmxCollector(Collector):
         # A dead endpoint is retried once a minute, not every cycle: each try costs a JVM start.
         return now - reader.started > self.restart_after
 
-    def _reader(self, url: str) -> JmxReader:
+    def _reader(self, url: str) -> JmxReader | ExporterReader:
         """The endpoint's reader, restarted when due."""
         reader = self.readers.get(url)
         if reader is not None and self._due(reader, time.monotonic()):
@@ -320,9 +332,12 @@ class KafkaJmxCollector(Collector):
             self._carried[url] = reader.latest if reader.legacy else None
             reader.close()
             reader = None
+        if reader is None and exporter(url):
+            reader = self.readers[url] = ExporterReader(url, self.poll_interval, QUERIES, ATTRIBUTES, self.timeout)
         if reader is None:
+            nsenter = trusted_program("nsenter") if split_netns(url)[1] else ""
             reader = self.readers[url] = JmxReader(url, self.classpath, self.poll_interval, QUERIES, ATTRIBUTES,
-                                                    java=trusted_program("java"), auth=self.auth)
+                                                    java=trusted_program("java"), auth=self.auth, nsenter=nsenter)
         return reader
 
     def ready(self) -> bool:
@@ -334,7 +349,7 @@ class KafkaJmxCollector(Collector):
 
     def fetch(self) -> JmxState:
         """The JMX state of every endpoint."""
-        if not self.classpath:
+        if not self.classpath and not all(exporter(url) for url in self.urls):
             raise RuntimeError(NO_JARS)
         with self._lock:
             readers = {url: self._reader(url) for url in self.urls}

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdiag.tools.drill import container_faults
 from kdiag.tools.lab import lab
 from kdiag.tools.drill.faults import (VICTIM_BROKER, Target, assignment, broker_pid, cluster_default, consumers,
                                 cpu_controller, cpu_quota, duty_cycle_stall, keyed_load, kill_acking_alone,
@@ -36,6 +37,7 @@ class Drill:
     timeout: float = 240.0
     resolve_timeout: float = 120.0
     probe: ProbeConfig | None = None  # kdiag's synthetic probe on its own topic, from before the baseline to the end
+    containers: bool = False  # needs a `kdiag lab up --containers` lab
     subject: str = ".*"  # what the subjects of the expected diagnoses must match in full (a regex)
     shares: bool = False  # touches only its own subjects: may run beside other sharing drills
     # What must hold in at least one monitor state between the injection and the revert, by what it says.
@@ -53,7 +55,18 @@ class Drill:
             return f"needs {self.brokers} brokers, the cluster has {target.brokers} (kdiag lab up --brokers 3)"
         if self.needs_lab and target.lab_dir is None:
             return "needs the kdiag lab: it stops broker processes or reads their log dirs"
+        if self.containers and not target.containers:
+            return "needs a container lab: kdiag lab up --containers --brokers 3"
         return ""
+
+
+@contextmanager
+def container_memory(target: Target) -> Iterator[None]:
+    with topic(target, "drill-container-memory", [[VICTIM_BROKER]]) as name:
+        container_faults.fill(target.bootstrap, name, 400 * container_faults.MiB)
+        with container_faults.memory_limit(target, VICTIM_BROKER, 160 * container_faults.MiB), \
+                container_faults.rereader(target.bootstrap, name):
+            yield
 
 
 @contextmanager
@@ -261,6 +274,10 @@ DRILLS = [
     Drill("broker-throttled", f"broker {VICTIM_BROKER} in a cgroup capped at 0.1 CPU (cpu.max, or cpu.cfs_quota_us "
           "under v1) under load and the probe", ["broker_cpu_throttled"], broker_throttled, brokers=3, needs_lab=True,
           timeout=150, probe=stall_probe("drill-broker-throttled")),
+    # broker_page_cache_starved: a cause read from the broker container's cgroup (kdiag on the broker's host).
+    Drill("container-memory", f"broker {VICTIM_BROKER}'s container memory limit lowered to its heap plus 160 MiB while "
+          "a consumer re-reads 400 MB of one partition it leads", ["broker_page_cache_starved"], container_memory,
+          brokers=3, needs_lab=True, containers=True, timeout=240, subject=r"pid \d+ java"),
     Drill("nic-irq-on-cpu0", "replayed: the sandbox cannot move NIC IRQs", ["nic_irq_on_cpu0"],
           replay=RECORDINGS / "nic-irq-on-cpu0"),
     Drill("swap-in-use", "replayed: this machine has no swap to fill", ["swap_in_use"],

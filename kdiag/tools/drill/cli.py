@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 
 from kdiag.kafka.jars import lab_dir
+from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab import lab
 from kdiag.tools.lab.jars import LabError
 from kdiag.tools.drill.faults import Target
@@ -32,11 +33,13 @@ def lab_target() -> Target:
     if info is None or not all(pids.values()):
         _say(f"starting the kdiag lab in {lab_dir()} ...")
         with lab.locked(lab_dir()):
-            info = lab.up(brokers=info["brokers"] if info else 3)
+            info = lab.up(brokers=info["brokers"] if info else 3, containers=info.get("containers") if info else None)
     if info.get("security", "none") != "none":
         raise SystemExit(f"kdiag: the drills need a plaintext lab; the lab in {info['dir']} uses {info['security']}")
     dirs = [str(Path(info["dir"]) / f"node-{n}" / "data") for n in range(1, info["brokers"] + 1)]
-    return Target(info["bootstrap"], info["brokers"], list(info["jmx"].values()), Path(info["dir"]), dirs)
+    containers = "containers" in info
+    return Target(info["bootstrap"], info["brokers"], list(info["jmx"].values()), Path(info["dir"]), dirs,
+                  broker_user=str(lab_containers.UID) if containers else "", containers=containers)
 
 
 def remote_target(bootstrap: str, jmx: list[str]) -> Target:
@@ -86,6 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.yes_inject_faults:
             _say("kdiag: not a kdiag lab: add --yes-inject-faults to inject these faults")
             return 2
+    if args.all and target is not None and not target.containers:
+        # --all: every drill this lab can run; the container ones need a lab of their own kind.
+        drills = [d for d in drills if not d.containers]
     refused = {d.name: r for d in drills if target is not None and (r := d.refusal(target))}
     runner = Runner(target, args.timeout, _say, args.alertmanager or "", args.serial)
     results = runner.run([d for d in drills if d.name not in refused])

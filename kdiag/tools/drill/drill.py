@@ -18,6 +18,7 @@ from kdiag.alerting.alertmanager import AlertPusher
 from kdiag.analysis.catalog import Rule
 from kdiag.collectors.host.brokerpids import BrokerPids
 from kdiag.collectors.host.cgroup_cpu import CgroupCpuCollector
+from kdiag.collectors.host.cgroup_memory import CgroupMemoryCollector
 from kdiag.collectors.host.meminfo import MeminfoCollector
 from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.collectors.host.stat import StatCollector
@@ -79,15 +80,18 @@ class Monitor:
                      "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
                      "kafka.configs_interval": "0s",  # the config drills need each change seen at once
                      # The daemon's JMX poll (30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
-                     "kafka.jmx_interval": f"{JMX_POLL_SECONDS}s"}
+                     "kafka.jmx_interval": f"{JMX_POLL_SECONDS}s",
+                     **({"kafka.broker_user": target.broker_user} if target.broker_user else {})}
         config = load_config(None, overrides)
         self.rules = load_rules(config)
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
         processes = ProcessesCollector(config.processes.top_n, config.processes.log_dirs,
                                        broker_user=config.kafka.broker_user)
-        # The lab brokers' CPU quota (broker-throttled), their pids from the processes collector's table.
-        host: list[Collector] = [processes, MeminfoCollector(), StatCollector(),
-                                 CgroupCpuCollector(BrokerPids(table=processes.table))]
+        # The lab brokers' CPU quota and memory limit (broker-throttled, container-memory), their pids from the
+        # processes collector's table.
+        brokers = BrokerPids(table=processes.table)
+        host: list[Collector] = [processes, MeminfoCollector(), StatCollector(), CgroupCpuCollector(brokers),
+                                 CgroupMemoryCollector(brokers)]
         collectors = CollectorSet(host + list(kafka_collectors(config).values()))
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS, collector_timeout=20.0)
         self.states: list[State] = []

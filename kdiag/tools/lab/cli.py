@@ -4,8 +4,9 @@
     lab: running brokers=N security=MODE kafka=V mode=kraft|zookeeper dir=DIR
     bootstrap: 127.0.0.1:9092[,...]
     zookeeper: 127.0.0.1:P running|stopped (ZooKeeper mode only)
-    broker: N 127.0.0.1:CLIENT controller=127.0.0.1:CTRL
-    jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi
+    broker: N HOST:CLIENT controller=HOST:CTRL (HOST 127.0.0.1, or a --containers node's own address)
+    jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi[@netns:PID] (a --containers node's in its namespace)
+    exporter: N http://HOST:P/metrics (--jmx-exporter: the node's jmx_exporter agent)
 (`status` adds "node: N running pid=P" or "node: N stopped" lines).
 """
 
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Callable
 
 from kdiag.kafka.jars import lab_dir
+from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab import lab
 from kdiag.tools.lab import security as lab_security
 from kdiag.tools.lab import versions as lab_versions
@@ -27,9 +29,10 @@ from kdiag.tools.lab.layout import DEFAULT_BASE_PORT, KAFKA_VERSION
 
 def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
     """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
+    containers = " containers=yes" if "containers" in info else ""
     lines = [
         f"lab: {state} brokers={info['brokers']} security={lab_security.security_of(info)} "
-        f"kafka={info['kafka_version']} mode={lab.mode_of(info)} dir={info['dir']}",
+        f"kafka={info['kafka_version']} mode={lab.mode_of(info)}{containers} dir={info['dir']}",
         f"bootstrap: {info['bootstrap']}",
     ]
     if "zookeeper" in info:
@@ -37,10 +40,14 @@ def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = 
         lines.append(f"zookeeper: {info['zookeeper']} {zk_state}")
     for n in range(1, info["brokers"] + 1):
         node = info["nodes"][str(n)]
-        controller = "" if "zookeeper" in info else f" controller=127.0.0.1:{node['controller']}"
-        lines.append(f"broker: {n} 127.0.0.1:{node['client']}{controller}")
+        host = info.get("hosts", {}).get(str(n), "127.0.0.1")
+        controller = "" if "zookeeper" in info else f" controller={host}:{node['controller']}"
+        lines.append(f"broker: {n} {host}:{node['client']}{controller}")
     for n in range(1, info["brokers"] + 1):
         lines.append(f"jmx: {n} {info['jmx'][str(n)]}")
+    if info.get("containers", {}).get("jmx_exporter"):
+        for n in range(1, info["brokers"] + 1):
+            lines.append(f"exporter: {n} {lab_containers.exporter_url(info, n)}")
     if pids is not None:
         for n, pid in pids.items():
             lines.append(f"node: {n} running pid={pid}" if pid else f"node: {n} stopped")
@@ -61,8 +68,10 @@ def _run(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespac
 def cmd_up(args: argparse.Namespace) -> int:
     """Handle `kdiag lab up`."""
     with lab.locked(lab_dir(args.dir)):
+        containers = ({"memory": args.container_memory * 2**20, "cpus": args.container_cpus,
+                       "jmx_exporter": float(args.jmx_exporter)} if args.containers else None)
         info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security,
-                      args.mode, args.jvm_opts)
+                      args.mode, args.jvm_opts, containers)
     print("\n".join(_info_lines(info, "running")), flush=True)
     return 0
 
@@ -113,6 +122,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--security", choices=lab_security.MODES, default="none",
                    help="client listener: PLAINTEXT, TLS, SCRAM-SHA-512, or SCRAM over TLS; secured modes also "
                         "guard JMX with a password (TLS too in ssl and sasl_ssl); see DIR/kdiag.yaml")
+    p.add_argument("--containers", action="store_true",
+                   help="run each broker as a container (user, PID, mount, UTS and network namespaces, uid 1001, a "
+                        "veth on a bridge of its own, its log dir bind-mounted at /var/lib/kafka/data, a cgroup with "
+                        "CPU and memory limits); needs root, util-linux and iproute2")
+    p.add_argument("--container-memory", type=int, default=lab_containers.MEMORY // 2**20, metavar="MIB",
+                   help="each container's memory limit in MiB (default %(default)s)")
+    p.add_argument("--container-cpus", type=float, default=lab_containers.CPUS, metavar="CORES",
+                   help="each container's CPU limit in cores (default %(default)s)")
+    p.add_argument("--jmx-exporter", action="store_true",
+                   help="with --containers: each broker also runs the Prometheus jmx_exporter java agent (from Maven "
+                        "Central), serving its MBeans over HTTP on its address at the port below its JMX port")
     p.set_defaults(func=cmd_up)
 
     p = sub.add_parser("status", help="show whether each node runs; exit 1 unless all do")

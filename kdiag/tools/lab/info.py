@@ -24,6 +24,8 @@ class LabInfo(TypedDict):
     mode: NotRequired[str]
     jvm_opts: NotRequired[list[str]]
     zookeeper: NotRequired[str]
+    containers: NotRequired[dict[str, float]]  # --containers: each node's memory limit (bytes) and cpus
+    hosts: NotRequired[dict[str, str]]  # node id -> its address (a container's own; else 127.0.0.1)
 
 
 def lab_json(d: Path) -> LabInfo | None:

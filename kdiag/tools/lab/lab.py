@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kdiag.tools.lab import acls as lab_acls
+from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab import nodes as lab_nodes
 from kdiag.tools.lab import security as lab_security
 from kdiag.tools.lab import versions as lab_versions
@@ -78,8 +79,9 @@ def mode_of(info: LabInfo) -> str:
 
 def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: int | None = None,
        kafka_version: str | None = None, timeout: float = 180, security: str = "none", mode: str | None = None,
-       jvm_opts: str | None = None) -> LabInfo:
-    """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
+       jvm_opts: str | None = None, containers: dict[str, float] | None = None) -> LabInfo:
+    """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents; with containers
+    ({"memory": bytes, "cpus": cores}) each broker runs as a container under those limits."""
     d = lab_dir(dir)
     old = lab_json(d)
     live = lab_nodes.pids(d, old) if old else {}
@@ -89,10 +91,14 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
     lab_versions.check_mode(version, mode)
     lab_versions.check_security(version, mode, security)
     opts = lab_nodes.jvm_opts(jvm_opts)
-    wanted = (brokers, base, version, security, mode, opts)
+    if containers:
+        lab_containers.check_tools()
+        if security != "none" or mode != "kraft":
+            raise LabError("--containers runs KRaft brokers with PLAINTEXT listeners only", 2)
+    wanted = (brokers, base, version, security, mode, opts, containers)
     # The running lab when it was started as wanted, None when there is none or it must be rebuilt.
     kept = old if (old and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
-                            mode_of(old), old.get("jvm_opts", [])) == wanted
+                            mode_of(old), old.get("jvm_opts", []), old.get("containers")) == wanted
                    and (security == "none" or lab_security.secrets_dir(d).is_dir())) else None  # lost secrets: rebuild
     if kept and all(live.values()):
         lab_security.write_kdiag_yaml(d, kept)
@@ -102,6 +108,7 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
         if old and any(live.values()):
             print("lab config changed: stopping the running lab", file=sys.stderr)
             lab_nodes.stop(d, old)
+            _cleanup(old)
         lab_zookeeper.stop(d)
         # Storage formatted for another quorum, version, security mode or secrets cannot be reused.
         _remove_data(d)
@@ -111,7 +118,8 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
 
     nodes = {str(n): ports(n, base) for n in range(1, brokers + 1)}
     to_start = [n for n in range(1, brokers + 1) if not (kept and live.get(n))]
-    busy = [p for n in to_start for p in nodes[str(n)].values() if not lab_nodes.port_free(p)]
+    # A container's ports are in its own network namespace.
+    busy = [] if containers else [p for n in to_start for p in nodes[str(n)].values() if not lab_nodes.port_free(p)]
     if mode == "zookeeper" and not lab_zookeeper.running(d) and not lab_nodes.port_free(zookeeper_port(base)):
         busy.append(zookeeper_port(base))
     if busy:
@@ -121,7 +129,10 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
     for n in range(1, brokers + 1):
         node_dir = d / f"node-{n}"
         node_dir.mkdir(exist_ok=True)
+        if containers:
+            lab_containers.prepare(node_dir, lab_containers.server_properties(n, brokers, base, nodes[str(n)]))
         lab_security.write_private(node_dir / "server.properties",
+                                   lab_containers.host_properties(node_dir) if containers else
                                    server_properties(n, brokers, base, node_dir, security, mode))
     if mode == "zookeeper":
         lab_zookeeper.start(d, zookeeper_port(base))
@@ -130,10 +141,15 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
         unformatted = [n for n in to_start if not (d / f"node-{n}" / "data" / "meta.properties").exists()]
         if unformatted:
             lab_nodes.format_storage(d, unformatted, cluster_id, security)
+            if containers:
+                for n in unformatted:
+                    lab_containers.prepare(d / f"node-{n}", lab_containers.server_properties(
+                        n, brokers, base, nodes[str(n)]))  # StorageTool, root on the host, wrote root's files
 
+    hosts = {str(n): lab_containers.address(base, n) if containers else "127.0.0.1" for n in range(1, brokers + 1)}
     info: LabInfo = {
         "brokers": brokers,
-        "bootstrap": ",".join(f"127.0.0.1:{nodes[str(n)]['client']}" for n in range(1, brokers + 1)),
+        "bootstrap": ",".join(f"{hosts[str(n)]}:{nodes[str(n)]['client']}" for n in range(1, brokers + 1)),
         "jmx": {k: jmx_url(v["jmx_port"]) for k, v in nodes.items()},
         "pids": {},
         "kafka_version": version,
@@ -145,11 +161,14 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
         "mode": mode,
         "jvm_opts": opts,
     }
+    if containers:
+        info["containers"] = containers
+        info["hosts"] = hosts
     if mode == "zookeeper":
         info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
     for n in range(1, brokers + 1):
         pid = live.get(n) if kept else None
-        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, opts)
+        info["pids"][str(n)] = pid or _start(d, info, n)
     (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
     lab_security.write_kdiag_yaml(d, info)
     print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)
@@ -159,10 +178,29 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
             lab_acls.grant(d, info)
     except LabError as e:
         lab_nodes.stop(d, info)
+        _cleanup(info)
         lab_zookeeper.stop(d)
         logs = "".join(_log_head(d / f"node-{n}" / "server.log") for n in range(1, brokers + 1))
         raise lab_versions.explain_start_failure(version, e, logs) from None
     return info
+
+
+def _start(d: Path, info: LabInfo, n: int) -> int:
+    """Start node n, as a process or a container as the lab says; return its pid (a container's JMX endpoint in
+    info names it)."""
+    jmx_port = info["nodes"][str(n)]["jmx_port"]
+    if "containers" in info:
+        pid = lab_containers.start_node(d, n, info["base_port"], jmx_port, info["containers"], lab_nodes.heap(),
+                                        info.get("jvm_opts", []))
+        info["jmx"][str(n)] = f"{jmx_url(jmx_port)}@netns:{pid}"  # JMX answers in the container's namespace only
+        return pid
+    return lab_nodes.start(d, n, jmx_port, lab_security.security_of(info), info.get("jvm_opts", []))
+
+
+def _cleanup(info: LabInfo) -> None:
+    """A container lab's cgroups and bridge removed once its nodes stopped."""
+    if "containers" in info:
+        lab_containers.cleanup(info["base_port"], info["brokers"])
 
 
 @contextlib.contextmanager
@@ -195,9 +233,7 @@ def start_node(n: int, dir: str | os.PathLike[str] | None = None, timeout: float
     with locked(d):
         info = _lab_with_node(d, n)
         if not lab_nodes.pids(d, info)[n]:
-            security = lab_security.security_of(info)
-            info["pids"][str(n)] = lab_nodes.start(d, n, info["nodes"][str(n)]["jmx_port"], security,
-                                                   info.get("jvm_opts", []))
+            info["pids"][str(n)] = _start(d, info, n)
             (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
         lab_nodes.wait_ready(d, info, timeout)
     return info
@@ -219,6 +255,7 @@ def down(dir: str | os.PathLike[str] | None = None, purge: bool = False) -> bool
         info = lab_json(d)
         if info:
             lab_nodes.stop(d, info)
+            _cleanup(info)
         lab_zookeeper.stop(d)
         if purge:
             _remove_data(d)

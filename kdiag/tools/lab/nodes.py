@@ -85,9 +85,9 @@ def port_free(port: int) -> bool:
     return True
 
 
-def _port_open(port: int) -> bool:
+def _port_open(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
+        with socket.create_connection((host, port), timeout=1):
             return True
     except OSError:
         return False
@@ -174,7 +174,8 @@ def wait_ready(d: Path, info: LabInfo, timeout: float) -> None:
             raise LabError(f"node {n} exited during startup; last lines of {node_dir}/server.log:\n"
                            f"{_tail(node_dir / 'server.log')}\n{node_dir}/stdout.log:\n"
                            f"{_tail(node_dir / 'stdout.log')}")
-        if all(_port_open(info["nodes"][str(n)]["client"]) for n in want):
+        if all(_port_open(info["nodes"][str(n)]["client"], info.get("hosts", {}).get(str(n), "127.0.0.1"))
+               for n in want):
             seen = _describe_brokers(d, info)
             if seen == want:
                 print(f"all {len(want)} broker(s) up after {elapsed:.0f}s", file=sys.stderr)

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from kdiag.core.redact import mask_values
+from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LabError, need
 
@@ -248,7 +249,8 @@ def kdiag_config(d: Path, info: LabInfo) -> dict[str, dict[str, object]]:
         "bootstrap_servers": info["bootstrap"],
         "jmx": [info["jmx"][n] for n in sorted(info["jmx"], key=int)],
         "jmx_classpath": str(d / "libs" / "*"),
-        "broker_user": pwd.getpwuid(os.geteuid()).pw_name,  # the lab's brokers run as whoever started them
+        # The lab's brokers run as whoever started them, a container's as its own uid.
+        "broker_user": str(lab_containers.UID) if "containers" in info else pwd.getpwuid(os.geteuid()).pw_name,
     }
     if mode != "none":
         s = secrets_dir(d)
