@@ -15,6 +15,7 @@ from kdiag.probe import topic as probe_topic
 from kdiag.kafka.client import ClientSettings, ErrorLog
 from kdiag.config.probe import PROBE_GROUP_PREFIX, ProbeConfig
 from kdiag.probe.metrics import BrokerStats
+from kdiag.probe.replicas import ReplicaPairs
 from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe.topic import REQUEST_TIMEOUT, Topology
 from kdiag.core.sample import GAUGE, Sample, sample
@@ -64,6 +65,7 @@ class ProbeService:
         self._seq: dict[int, int] = {}
         self._tracker = SequenceTracker(config.sla)
         self._brokers: dict[int, BrokerStats] = {}
+        self.pairs = ReplicaPairs(config.topic, config.latency_buckets)
         self._running = {"manager": False, "producer": False, "consumer": False}
         self._errors = {"manager": "", "producer": "", "consumer": ""}
 
@@ -175,6 +177,7 @@ class ProbeService:
             self.client_errors.clear()
             self._ok(name)
             backoff.reset()
+            self.pairs.keep(admin)
             state = (frozenset(topology.live), tuple(sorted((p, tuple(isr)) for p, isr in topology.isrs.items())))
             if probe_topic.needs_reconcile(topology) and (state != last_state or time.monotonic() >= next_due):
                 last_state, next_due = state, time.monotonic() + self.config.reconcile_interval
@@ -244,6 +247,7 @@ class ProbeService:
             for b in idle - set(topology.leaders.values()):
                 self._broker(b).outcomes.append((now, False))
             self._prune(now)
+        self.pairs.send(producer)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         value = msg.value()
@@ -402,4 +406,4 @@ class ProbeService:
                 out += stats.samples(b)
                 if topology:
                     out.append(sample("kdiag_probe_partitions", led[b], GAUGE, broker_id=b))
-        return out
+        return out + self.pairs.samples()

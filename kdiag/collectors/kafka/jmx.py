@@ -70,6 +70,10 @@ PLAIN = (
     ("kdiag_kafka_under_min_isr_partitions", "kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount", "Value", GAUGE),
     ("kdiag_kafka_isr_shrinks_total", "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec", "Count", COUNTER),
     ("kdiag_kafka_isr_expands_total", "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec", "Count", COUNTER),
+    ("kdiag_kafka_replica_fetch_max_lag", "kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica",
+     "Value", GAUGE),
+    ("kdiag_kafka_produce_purgatory_size",
+     "kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize,delayedOperation=Produce", "Value", GAUGE),
     ("kdiag_kafka_partitions", "kafka.server:type=ReplicaManager,name=PartitionCount", "Value", GAUGE),
     ("kdiag_kafka_leaders", "kafka.server:type=ReplicaManager,name=LeaderCount", "Value", GAUGE),
     ("kdiag_kafka_offline_partitions", "kafka.controller:type=KafkaController,name=OfflinePartitionsCount", "Value", GAUGE),
@@ -117,6 +121,10 @@ HELP = {
     "kdiag_kafka_under_min_isr_partitions": "Partitions led by this broker whose ISR is below min.insync.replicas.",
     "kdiag_kafka_isr_shrinks_total": "ISR shrinks on this broker since start.",
     "kdiag_kafka_isr_expands_total": "ISR expansions on this broker since start.",
+    "kdiag_kafka_replica_fetch_max_lag": "Messages the furthest-behind partition this broker follows lags its "
+                                         "leader by (ReplicaFetcherManager MaxLag).",
+    "kdiag_kafka_produce_purgatory_size": "Produce requests waiting in this broker's purgatory for followers to "
+                                          "replicate them (acks=all).",
     "kdiag_kafka_partitions": "Partition replicas hosted by this broker.",
     "kdiag_kafka_leaders": "Partitions led by this broker.",
     "kdiag_kafka_offline_partitions": "Partitions without a leader, as seen by this node's controller.",
