@@ -65,9 +65,9 @@ class ProbeService:
         self._seq: dict[int, int] = {}
         self._tracker = SequenceTracker(config.sla)
         self._brokers: dict[int, BrokerStats] = {}
-        self.pairs = ReplicaPairs(config.topic, config.latency_buckets)
-        self._running = {"manager": False, "producer": False, "consumer": False}
-        self._errors = {"manager": "", "producer": "", "consumer": ""}
+        self.pairs = ReplicaPairs(config.topic)
+        self._running = {"manager": False, "producer": False, "pairs": False, "consumer": False}
+        self._errors = {"manager": "", "producer": "", "pairs": "", "consumer": ""}
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -82,7 +82,8 @@ class ProbeService:
             self._errors["manager"] = f"bad config: {e}"
             return
         self._stopping.clear()
-        for name, target in (("manager", self._manage), ("producer", self._produce), ("consumer", self._consume)):
+        for name, target in (("manager", self._manage), ("producer", self._produce), ("pairs", self._produce_pairs),
+                             ("consumer", self._consume)):
             t = threading.Thread(target=self._guard, args=(name, target), name=f"kdiag-probe-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -195,29 +196,46 @@ class ProbeService:
 
     # -- producer --------------------------------------------------------------------------------------
 
-    def _produce(self, name: str, backoff: _Backoff) -> None:
+    def _producer(self) -> Producer:
         from confluent_kafka import Producer
 
-        producer = Producer(self._client_config(**{
+        return Producer(self._client_config(**{
             "acks": self.config.acks,
             "linger.ms": 0,
             "enable.idempotence": False,
             "message.timeout.ms": max(1000, int(self.config.sla * 1000)),
             "request.timeout.ms": max(1000, min(30000, int(self.config.sla * 1000))),
         }))
+
+    def _paced(self, name: str, backoff: _Backoff, producer: Producer, each_round: Callable[[Producer], None]) -> None:
+        """each_round(producer) every probe interval, delivery reports served as they come, until stopped."""
+        next_round = time.monotonic()
+        while not self._stopping.is_set():
+            if time.monotonic() >= next_round:
+                each_round(producer)
+                next_round = max(next_round + self.config.interval, time.monotonic())
+            self._ok(name)
+            backoff.reset()
+            producer.poll(max(0.0, min(next_round - time.monotonic(), 0.2)))
+            self._expire()
+
+    def _produce(self, name: str, backoff: _Backoff) -> None:
+        producer = self._producer()
         try:
-            next_round = time.monotonic()
-            while not self._stopping.is_set():
-                if time.monotonic() >= next_round:
-                    self._round(producer)
-                    next_round = max(next_round + self.config.interval, time.monotonic())
-                self._ok(name)
-                backoff.reset()
-                producer.poll(max(0.0, min(next_round - time.monotonic(), 0.2)))
-                self._expire()
+            self._paced(name, backoff, producer, self._round)
         finally:
             # Outstanding sends get their delivery report (an error when purged): none stays unsettled.
             producer.flush(1.0)
+            producer.purge()
+            producer.flush(0.5)
+
+    def _produce_pairs(self, name: str, backoff: _Backoff) -> None:
+        # Its own producer and thread: in one produce request with a main topic partition of the same leader a
+        # pair's message is acked only when that partition is, and msg.latency() runs until its report is served.
+        producer = self._producer()
+        try:
+            self._paced(name, backoff, producer, self.pairs.send)
+        finally:
             producer.purge()
             producer.flush(0.5)
 
@@ -247,7 +265,6 @@ class ProbeService:
             for b in idle - set(topology.leaders.values()):
                 self._broker(b).outcomes.append((now, False))
             self._prune(now)
-        self.pairs.send(producer)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         value = msg.value()

@@ -9,11 +9,10 @@ from collections.abc import Callable
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.analysis.engine import Diagnosis, Engine, EngineState
 from kdiag.analysis.subject_kinds import compute_signals
-from kdiag.config.probe import DEFAULT_LATENCY_BUCKETS
 from kdiag.core.history import History
 from kdiag.core.sample import GAUGE, sample
 from kdiag.probe.metrics import Histogram
-from kdiag.probe.replicas import pair_assignment
+from kdiag.probe.replicas import PAIR_BUCKETS, pair_assignment
 
 STEP = 5.0
 WINDOW = 30.0
@@ -44,7 +43,7 @@ def run(latency: Latency, seconds: float) -> tuple[list[Diagnosis], dict[str, di
     """The pairs topic of 3 brokers probed twice a second, fed every STEP seconds; the diagnoses and broker signals
     at the end."""
     rng = random.Random(33)
-    pairs = {(leader, follower): Histogram(DEFAULT_LATENCY_BUCKETS) for leader, follower in pair_assignment([1, 2, 3])}
+    pairs = {(leader, follower): Histogram(PAIR_BUCKETS) for leader, follower in pair_assignment([1, 2, 3])}
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), None)
     judged = EngineState()
     for i in range(int(seconds / STEP) + 1):

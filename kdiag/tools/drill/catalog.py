@@ -306,11 +306,11 @@ DRILLS = [
           "under v1) under load and the probe", ["broker_cpu_throttled"], broker_throttled, brokers=3, needs_lab=True,
           timeout=150, probe=stall_probe("drill-broker-throttled")),
     Drill("follower-stall", f"broker {VICTIM_BROKER}, leading nothing but the probe's own partitions, stopped "
-          f"{FOLLOWER_STALL_SECONDS * 1000:.0f} ms of every second under load and the acks=all probe", ["replica_slow"],
+          f"{FOLLOWER_STALL_SECONDS * 1000:.0f} ms of every second under the acks=all probe", ["replica_slow"],
           follower_stall, brokers=3, needs_lab=True, timeout=120, subject=f"broker {VICTIM_BROKER}",
           checks=VICTIM_REPLICA_SLOW, probe=acks_all_probe("drill-follower-stall")),
     Drill("follower-throttled", f"broker {VICTIM_BROKER}, leading nothing but the probe's own partitions, in a cgroup "
-          "capped at 0.1 CPU under load and the acks=all probe", ["replica_slow", "broker_cpu_throttled"],
+          "capped at 0.1 CPU under the acks=all probe", ["replica_slow", "broker_cpu_throttled"],
           follower_throttled, brokers=3, needs_lab=True, timeout=120, checks=VICTIM_REPLICA_SLOW,
           probe=acks_all_probe("drill-follower-throttled")),
     Drill("leader-stall", f"broker {VICTIM_BROKER}, leading its share, stopped {FOLLOWER_STALL_SECONDS * 1000:.0f} ms "
