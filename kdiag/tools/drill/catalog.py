@@ -153,15 +153,27 @@ def broker_throttled(target: Target) -> Iterator[None]:
 @contextmanager
 def led_by_others(target: Target) -> Iterator[None]:
     """The victim leading nothing but the probe's own partitions (the probe keeps its layout: it measures each
-    broker as leader and as follower). No load topic: one led by two brokers of three is a true partition_skew."""
+    broker as leader and as follower)."""
     assert target.probe is not None, "the follower drills run with the probe"
     with leaderships_away(target, VICTIM_BROKER, {target.probe.config.topic, target.probe.pairs.topic}):
         yield
 
 
 @contextmanager
+def follower_load(target: Target, name: str) -> Iterator[None]:
+    """Load on two 1-partition topics led by the other brokers, the victim following both (one partition per
+    topic: a topic led by two brokers of three is otherwise a true partition_skew)."""
+    others = [b for b in range(1, target.brokers + 1) if b != VICTIM_BROKER]
+    with topic(target, f"{name}-a", [[*others, VICTIM_BROKER]]) as a, \
+            topic(target, f"{name}-b", [[*others[::-1], VICTIM_BROKER]]) as b, \
+            keyed_load(target.bootstrap, [a, b], rate=STALL_LOAD / 2):
+        yield
+
+
+@contextmanager
 def follower_stall(target: Target) -> Iterator[None]:
-    with led_by_others(target), duty_cycle_stall(broker_pid(target, VICTIM_BROKER), FOLLOWER_STALL_SECONDS):
+    with follower_load(target, "drill-follower-stall-load"), led_by_others(target), \
+            duty_cycle_stall(broker_pid(target, VICTIM_BROKER), FOLLOWER_STALL_SECONDS):
         yield
 
 
@@ -169,7 +181,8 @@ def follower_stall(target: Target) -> Iterator[None]:
 def follower_throttled(target: Target) -> Iterator[None]:
     if cpu_controller() is None:
         raise RuntimeError("no cgroup cpu controller on this host to put the broker under a quota")
-    with led_by_others(target), cpu_quota(broker_pid(target, VICTIM_BROKER), 0.1):
+    with follower_load(target, "drill-follower-throttled-load"), led_by_others(target), \
+            cpu_quota(broker_pid(target, VICTIM_BROKER), 0.1):
         yield
 
 
@@ -306,11 +319,11 @@ DRILLS = [
           "under v1) under load and the probe", ["broker_cpu_throttled"], broker_throttled, brokers=3, needs_lab=True,
           timeout=150, probe=stall_probe("drill-broker-throttled")),
     Drill("follower-stall", f"broker {VICTIM_BROKER}, leading nothing but the probe's own partitions, stopped "
-          f"{FOLLOWER_STALL_SECONDS * 1000:.0f} ms of every second under the acks=all probe", ["replica_slow"],
+          f"{FOLLOWER_STALL_SECONDS * 1000:.0f} ms of every second under load and the acks=all probe", ["replica_slow"],
           follower_stall, brokers=3, needs_lab=True, timeout=120, subject=f"broker {VICTIM_BROKER}",
           checks=VICTIM_REPLICA_SLOW, probe=acks_all_probe("drill-follower-stall")),
     Drill("follower-throttled", f"broker {VICTIM_BROKER}, leading nothing but the probe's own partitions, in a cgroup "
-          "capped at 0.1 CPU under the acks=all probe", ["replica_slow", "broker_cpu_throttled"],
+          "capped at 0.1 CPU under load and the acks=all probe", ["replica_slow", "broker_cpu_throttled"],
           follower_throttled, brokers=3, needs_lab=True, timeout=120, checks=VICTIM_REPLICA_SLOW,
           probe=acks_all_probe("drill-follower-throttled")),
     Drill("leader-stall", f"broker {VICTIM_BROKER}, leading its share, stopped {FOLLOWER_STALL_SECONDS * 1000:.0f} ms "
