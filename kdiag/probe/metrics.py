@@ -30,7 +30,8 @@ HELP = {
     "kdiag_probe_up": "1 when the probe's producer and consumer run and its topic exists.",
     "kdiag_probe_slo_seconds": "Configured probe latency objective: p99 above it is high.",
     "kdiag_probe_replica_latency_seconds": "Probe produce-to-ack latency on the replica pairs topic (2 replicas: "
-                                           "broker_id follows, leader_id leads), at the probe's acks.",
+                                           "broker_id follows, leader_id leads), at the probe's acks; a failed send "
+                                           "counts the time it took.",
     "kdiag_probe_replica_failed_total": "Probe sends to the replica pairs topic whose delivery failed or timed out.",
 }
 

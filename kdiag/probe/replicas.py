@@ -69,9 +69,10 @@ class ReplicaPairs:
             brokers = sorted(admin.list_topics(timeout=METADATA_TIMEOUT).brokers)
             pairs = pair_assignment(brokers)
             if pairs:
-                # min.insync.replicas=1: a follower out of the ISR leaves the pair measuring its leader, not failing.
+                # min.insync.replicas=2: a follower dropped from the ISR fails its pair's sends (counted as slow as
+                # they took) rather than leaving the leader to ack alone, fast, as if the follower were well.
                 new = NewTopic(self.topic, len(pairs), replica_assignment=pairs,
-                               config={"min.insync.replicas": "1", "retention.ms": "3600000", "segment.ms": "3600000"})
+                               config={"min.insync.replicas": "2", "retention.ms": "3600000", "segment.ms": "3600000"})
                 probe_topic.create_topic(admin, new)
             return
         with self._lock:
@@ -111,8 +112,7 @@ class ReplicaPairs:
         _magic, _p, sent, leader, follower = PAIR_PAYLOAD.unpack(value)
         if err:
             self._count_failed(follower, leader)
-            return
-        latency = msg.latency()
+        latency = None if err else msg.latency()
         with self._lock:
             histogram = self._latency.setdefault((follower, leader), Histogram(PAIR_BUCKETS))
             histogram.observe(latency if latency is not None else time.time() - sent)
