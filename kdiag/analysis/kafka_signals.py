@@ -12,6 +12,7 @@ from kdiag.core.units import format_duration
 from kdiag.core.history import History
 from kdiag.analysis.latency_outliers import (REQUEST_SIGNALS, longest_gc_pauses, probe_outliers, slowest_request_part,
                                              window_quantiles)
+from kdiag.analysis.replica_signals import REPLICA_SCHEMA, replica_fields
 from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio, series_change, subject, total
 from kdiag.families.family import Family
 from kdiag.families.kafka import (
@@ -110,6 +111,7 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
                                 "of the produce and end-to-end ratios; absent before 4 windows of history)",
     "under_replicated_partitions": "partitions led here with fewer in-sync replicas than replicas",
     "under_min_isr_partitions": "partitions led here below min.insync.replicas",
+    **REPLICA_SCHEMA,
     "isr_shrinks_per_second": "ISR shrinks per second",
     "gc_seconds_per_second": "JVM garbage collection seconds per second",
     "gc_pause_longest_seconds": "the longest stop-the-world GC pause in the last 5 minutes, as the mean pause between two "
@@ -156,9 +158,10 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
     slowness = slowness_ratios(history)
     outliers = probe_outliers(history, window)
     gc_pauses = longest_gc_pauses(history)
+    replica = replica_fields(history, window)
     total_leaders = sum(leaders.values())
     total_bytes_in = sum(bytes_in.values())
-    ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle) | set(outliers)
+    ids = set(live_brokers(history)) | set(leaders) | set(bytes_in) | set(handler_idle) | set(outliers) | set(replica)
     out = {}
     for b in sorted(ids):
         out[b] = put(
@@ -198,6 +201,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             probe_history_p99_seconds=outliers.get(b, {}).get("history_p99"),
             probe_latency_vs_peers=outliers.get(b, {}).get("vs_peers"),
             probe_latency_vs_history=outliers.get(b, {}).get("vs_history"),
+            **replica.get(b, {}),
             **{name: configs.get((b, key)) for key, name in BROKER_CONFIGS.items()},
             log_flush_set_in=" and ".join(sorted(flush_places.get(b, []))) or None,
         )

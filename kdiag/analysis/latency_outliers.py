@@ -150,3 +150,4 @@ def longest_gc_pauses(history: History, seconds: float = GC_PAUSE_SECONDS) -> di
             if (collections := counter_increase(c0, c1, "counter")) > 0:
                 out[key[0]] = max(out.get(key[0], 0.0), counter_increase(v0, v1, "counter") / collections)
     return out
+

@@ -137,6 +137,12 @@ KAFKA_REQUEST_BYTES = gauge(
 KAFKA_REQUEST_HANDLER_IDLE_RATIO = gauge(
     "kdiag_kafka_request_handler_idle_ratio", "Request handler threads' idle fraction, one-minute rate (0-1).", "broker_id"
 )
+KAFKA_REPLICA_FETCH_MAX_LAG = gauge(
+    "kdiag_kafka_replica_fetch_max_lag", "Messages the furthest-behind partition this broker follows lags its leader by "
+    "(ReplicaFetcherManager MaxLag).", "broker_id")
+KAFKA_PRODUCE_PURGATORY_SIZE = gauge(
+    "kdiag_kafka_produce_purgatory_size", "Produce requests waiting in this broker's purgatory for followers to "
+    "replicate them (acks=all).", "broker_id")
 KAFKA_REQUEST_QUEUE_SIZE = gauge(
     "kdiag_kafka_request_queue_size", "Requests waiting in the request channel for a handler thread.", "broker_id"
 )

@@ -5,6 +5,13 @@ from __future__ import annotations
 from kdiag.families.family import counter, gauge, histogram, keyed
 
 # probe
+PROBE_REPLICA_LATENCY_SECONDS = histogram(
+    "kdiag_probe_replica_latency_seconds", "Probe produce-to-ack latency on the replica pairs topic (2 replicas: "
+    "broker_id follows, leader_id leads), at the probe's acks; a failed send counts the time it took.",
+    "broker_id", "leader_id")
+PROBE_REPLICA_FAILED_TOTAL = counter(
+    "kdiag_probe_replica_failed_total", "Probe sends to the replica pairs topic whose delivery failed or timed out.",
+    "broker_id", "leader_id")
 PROBE_AVAILABILITY_RATIO = gauge(
     "kdiag_probe_availability_ratio",
     "Acked / sent probe messages over the availability window; a replica broker that leads no probe partition "

@@ -17,6 +17,7 @@ from kdiag.families.probe import PROBE_PARTITIONS, PROBE_PENDING_MESSAGES, PROBE
 from kdiag.kafka.client import ClientSettings, ErrorLog
 from kdiag.probe import topic as probe_topic
 from kdiag.probe.metrics import BrokerStats
+from kdiag.probe.replicas import ReplicaPairs
 from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe.topic import REQUEST_TIMEOUT, Topology
 
@@ -65,8 +66,9 @@ class ProbeService:
         self._seq: dict[int, int] = {}
         self._tracker = SequenceTracker(config.sla)
         self._brokers: dict[int, BrokerStats] = {}
-        self._running = {"manager": False, "producer": False, "consumer": False}
-        self._errors = {"manager": "", "producer": "", "consumer": ""}
+        self.pairs = ReplicaPairs(config.topic)
+        self._running = {"manager": False, "producer": False, "pairs": False, "consumer": False}
+        self._errors = {"manager": "", "producer": "", "pairs": "", "consumer": ""}
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -81,7 +83,8 @@ class ProbeService:
             self._errors["manager"] = f"bad config: {e}"
             return
         self._stopping.clear()
-        for name, target in (("manager", self._manage), ("producer", self._produce), ("consumer", self._consume)):
+        for name, target in (("manager", self._manage), ("producer", self._produce), ("pairs", self._produce_pairs),
+                             ("consumer", self._consume)):
             t = threading.Thread(target=self._guard, args=(name, target), name=f"kdiag-probe-{name}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -176,6 +179,7 @@ class ProbeService:
             self.client_errors.clear()
             self._ok(name)
             backoff.reset()
+            self.pairs.keep(admin)
             state = (frozenset(topology.live), tuple(sorted((p, tuple(isr)) for p, isr in topology.isrs.items())))
             if probe_topic.needs_reconcile(topology) and (state != last_state or time.monotonic() >= next_due):
                 last_state, next_due = state, time.monotonic() + self.config.reconcile_interval
@@ -193,29 +197,46 @@ class ProbeService:
 
     # -- producer --------------------------------------------------------------------------------------
 
-    def _produce(self, name: str, backoff: _Backoff) -> None:
+    def _producer(self) -> Producer:
         from confluent_kafka import Producer
 
-        producer = Producer(self._client_config(**{
+        return Producer(self._client_config(**{
             "acks": self.config.acks,
             "linger.ms": 0,
             "enable.idempotence": False,
             "message.timeout.ms": max(1000, int(self.config.sla * 1000)),
             "request.timeout.ms": max(1000, min(30000, int(self.config.sla * 1000))),
         }))
+
+    def _paced(self, name: str, backoff: _Backoff, producer: Producer, each_round: Callable[[Producer], None]) -> None:
+        """each_round(producer) every probe interval, delivery reports served as they come, until stopped."""
+        next_round = time.monotonic()
+        while not self._stopping.is_set():
+            if time.monotonic() >= next_round:
+                each_round(producer)
+                next_round = max(next_round + self.config.interval, time.monotonic())
+            self._ok(name)
+            backoff.reset()
+            producer.poll(max(0.0, min(next_round - time.monotonic(), 0.2)))
+            self._expire()
+
+    def _produce(self, name: str, backoff: _Backoff) -> None:
+        producer = self._producer()
         try:
-            next_round = time.monotonic()
-            while not self._stopping.is_set():
-                if time.monotonic() >= next_round:
-                    self._round(producer)
-                    next_round = max(next_round + self.config.interval, time.monotonic())
-                self._ok(name)
-                backoff.reset()
-                producer.poll(max(0.0, min(next_round - time.monotonic(), 0.2)))
-                self._expire()
+            self._paced(name, backoff, producer, self._round)
         finally:
             # Outstanding sends get their delivery report (an error when purged): none stays unsettled.
             producer.flush(1.0)
+            producer.purge()
+            producer.flush(0.5)
+
+    def _produce_pairs(self, name: str, backoff: _Backoff) -> None:
+        # Its own producer and thread: in one produce request with a main topic partition of the same leader a
+        # pair's message is acked only when that partition is, and msg.latency() runs until its report is served.
+        producer = self._producer()
+        try:
+            self._paced(name, backoff, producer, self.pairs.send)
+        finally:
             producer.purge()
             producer.flush(0.5)
 
@@ -403,4 +424,4 @@ class ProbeService:
                 out += stats.samples(b)
                 if topology:
                     out.append(PROBE_PARTITIONS.sample(led[b], broker_id=b))
-        return out
+        return out + self.pairs.samples()

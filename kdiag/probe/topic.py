@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import AdminClient, NewTopic
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,6 @@ def describe(admin: AdminClient, topic_name: str, old_leaders: dict[int, int]) -
 
 def create(admin: AdminClient, topic_name: str, replication_factor: int, partitions_per_broker: int) -> None:
     """Create the topic, every broker the preferred leader of partitions_per_broker partitions; exists is fine."""
-    from confluent_kafka import KafkaError
     from confluent_kafka.admin import NewTopic
 
     brokers = sorted(admin.list_topics(timeout=METADATA_TIMEOUT).brokers)
@@ -53,11 +52,17 @@ def create(admin: AdminClient, topic_name: str, replication_factor: int, partiti
     count = max(1, len(brokers) * partitions_per_broker)
     assignment = [[brokers[(i + k) % len(brokers)] for k in range(rf)] for i in range(count)]
     config = {"min.insync.replicas": str(max(1, rf - 1)), "retention.ms": "3600000", "segment.ms": "3600000"}
-    future = admin.create_topics([NewTopic(topic_name, count, replica_assignment=assignment, config=config)],
-                                 request_timeout=REQUEST_TIMEOUT)[topic_name]
+    create_topic(admin, NewTopic(topic_name, count, replica_assignment=assignment, config=config))
+
+
+def create_topic(admin: AdminClient, new: NewTopic) -> None:
+    """Create one topic; one that exists already is fine."""
+    from confluent_kafka import KafkaError
+
+    future = admin.create_topics([new], request_timeout=REQUEST_TIMEOUT)[new.topic]
     try:
         future.result(timeout=REQUEST_TIMEOUT + 1)
-        log.info("probe created topic %s: %d partitions, replication factor %d", topic_name, count, rf)
+        log.info("probe created topic %s: %d partitions", new.topic, new.num_partitions)
     except Exception as e:
         if not (e.args and isinstance(e.args[0], KafkaError) and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS):
             raise
@@ -83,7 +88,6 @@ def needs_reconcile(topology: Topology) -> bool:
 
 def reconcile(admin: AdminClient, topic_name: str, topology: Topology, partitions_per_broker: int) -> None:
     """Add partitions for brokers that prefer none, then move leadership back to preferred replicas."""
-    from confluent_kafka import ElectionType, TopicPartition
     from confluent_kafka.admin import NewPartitions
 
     missing = lacking(topology)
@@ -100,11 +104,18 @@ def reconcile(admin: AdminClient, topic_name: str, topology: Topology, partition
         admin.create_partitions([NewPartitions(topic_name, total, replica_assignment=new)],
                                 request_timeout=REQUEST_TIMEOUT)[topic_name].result(timeout=REQUEST_TIMEOUT + 1)
         log.info("probe topic %s: %d partitions now, added for broker(s) %s", topic_name, total, missing)
-    off = off_preferred(topology)
-    if off:
-        partitions = [TopicPartition(topic_name, p) for p in off]
-        # No request_timeout kwarg: confluent-kafka 2.16 raises SystemError on any elect_leaders kwarg.
-        result = admin.elect_leaders(ElectionType.PREFERRED, partitions).result(timeout=REQUEST_TIMEOUT)
-        refused = {tp.partition: str(err) for tp, err in result.items() if err is not None}
-        log.info("probe topic %s: preferred leader election for partitions %s%s", topic_name, off,
-                 f" (refused: {refused})" if refused else "")
+    elect_preferred(admin, topic_name, off_preferred(topology))
+
+
+def elect_preferred(admin: AdminClient, topic_name: str, partitions: list[int]) -> None:
+    """Move leadership of these partitions back to their preferred replicas."""
+    from confluent_kafka import ElectionType, TopicPartition
+
+    if not partitions:
+        return
+    wanted = [TopicPartition(topic_name, p) for p in partitions]
+    # No request_timeout kwarg: confluent-kafka 2.16 raises SystemError on any elect_leaders kwarg.
+    result = admin.elect_leaders(ElectionType.PREFERRED, wanted).result(timeout=REQUEST_TIMEOUT)
+    refused = {tp.partition: str(err) for tp, err in result.items() if err is not None}
+    log.info("probe topic %s: preferred leader election for partitions %s%s", topic_name, partitions,
+             f" (refused: {refused})" if refused else "")

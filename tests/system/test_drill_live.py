@@ -26,7 +26,7 @@ breaking = pytest.mark.skipif("not config.getoption('own_lab')",
                               reason="stops brokers or sets cluster-wide configs: --own-lab, on a lab of your own")
 # The drills that stop brokers or set cluster-wide configs.
 BREAKING = {"forced-fsync-broker", "broker-kill", "broker-freeze", "follower-stopped", "probe-loss", "broker-stall",
-            "broker-throttled"}
+            "broker-throttled", "follower-stall", "follower-throttled", "leader-stall"}
 
 
 @pytest.fixture(scope="module")

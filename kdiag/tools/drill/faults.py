@@ -137,6 +137,8 @@ def probe_running(target: Target, config: ProbeConfig) -> Iterator[ProbeService]
             yield probe
         finally:
             probe.stop(30)  # a manager thread outliving the topic would create it again
+            admin = target.admin()  # held: a client dropped mid-request never completes its futures
+            admin.delete_topics([probe.pairs.topic])[probe.pairs.topic].exception(timeout=30)
 
 
 def keyed_load(bootstrap: str, topics: list[str], rate: float = 1500.0, keys: int = 1000) -> AbstractContextManager[None]:

@@ -103,7 +103,8 @@ def test_live_values_for_every_broker(lab_collector):
     samples = lab_collector.collect(Root())
     brokers = {str(n) for n in range(1, len(lab_collector.urls) + 1)}
     assert {s.value for s in samples if s.name == "kdiag_kafka_jmx_up"} == {1.0}
-    for name in ("kdiag_kafka_request_handler_idle_ratio", "kdiag_kafka_partitions", "kdiag_kafka_bytes_in_total"):
+    for name in ("kdiag_kafka_request_handler_idle_ratio", "kdiag_kafka_partitions", "kdiag_kafka_bytes_in_total",
+                 "kdiag_kafka_replica_fetch_max_lag", "kdiag_kafka_produce_purgatory_size"):
         assert set(by_broker(samples, name)) == brokers, name
     assert all(0.0 <= v <= 1.0 for v in by_broker(samples, "kdiag_kafka_request_handler_idle_ratio").values())
 
