@@ -7,6 +7,7 @@ from kdiag.core.history import History
 from kdiag.core.sample import GAUGE, Sample, sample
 from kdiag.probe.metrics import Histogram
 from kdiag.probe.replicas import PAIR_BUCKETS
+from kdiag.families.probe import PROBE_REPLICA_LATENCY_SECONDS
 
 SLOW = {(1, 3): 0.4, (3, 2): 0.4, (2, 1): 0.01}  # (leader, follower) -> every send's latency: broker 3 in both slow
 
@@ -19,7 +20,7 @@ def snapshot(t: int, pairs: dict[tuple[int, int], Histogram]) -> list[Sample]:
     for (leader, follower), h in pairs.items():
         for _ in range(5):
             h.observe(SLOW[(leader, follower)])
-        out += h.samples("kdiag_probe_replica_latency_seconds", broker_id=follower, leader_id=leader)
+        out += h.samples(PROBE_REPLICA_LATENCY_SECONDS, broker_id=follower, leader_id=leader)
     return out
 
 

@@ -7,7 +7,7 @@ from confluent_kafka.admin import AdminClient
 from tests.waiting import timed_wait
 
 from kdiag.config.probe import ProbeConfig
-from kdiag.probe.metrics import HELP
+from kdiag.probe.metrics import FAMILIES
 from kdiag.probe.probe import ProbeService
 from kdiag.probe.replicas import following, pair_assignment
 from kdiag.probe.topic import Topology
@@ -48,7 +48,7 @@ def test_the_service_probes_every_broker_as_leader_and_as_follower(kafka_lab):
         assert all(f != leader for f, leader in pairs)
         assert svc.health() == (True, "")
         assert not any(s.name == "kdiag_probe_replica_failed_total" for s in svc.samples())
-        assert {"kdiag_probe_replica_latency_seconds", "kdiag_probe_replica_failed_total"} <= set(HELP)
+        assert {"kdiag_probe_replica_latency_seconds", "kdiag_probe_replica_failed_total"} <= {f.name for f in FAMILIES}
     finally:
         svc.stop()
         admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})

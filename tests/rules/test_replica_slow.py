@@ -13,6 +13,7 @@ from kdiag.core.history import History
 from kdiag.core.sample import GAUGE, sample
 from kdiag.probe.metrics import Histogram
 from kdiag.probe.replicas import PAIR_BUCKETS, pair_assignment
+from kdiag.families.probe import PROBE_REPLICA_LATENCY_SECONDS
 
 STEP = 5.0
 WINDOW = 30.0
@@ -52,7 +53,7 @@ def run(latency: Latency, seconds: float) -> tuple[list[Diagnosis], dict[str, di
         for (leader, follower), h in pairs.items():
             for _ in range(int(2 * STEP)):
                 h.observe(latency(t, (leader, follower), rng))
-            snapshot += h.samples("kdiag_probe_replica_latency_seconds", broker_id=follower, leader_id=leader)
+            snapshot += h.samples(PROBE_REPLICA_LATENCY_SECONDS, broker_id=follower, leader_id=leader)
         history.add(START + t, snapshot)
         signals = compute_signals(history, WINDOW)
         judged = engine.evaluate(judged, START + t, signals)
