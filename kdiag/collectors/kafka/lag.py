@@ -27,6 +27,7 @@ from kdiag.kafka.state import AdminState, ConfigValues, Topic
 
 LAG_SECONDS = "kdiag_consumer_lag_seconds"
 CATCH_UP = "kdiag_consumer_catch_up_seconds"
+LAST_COMMIT_AGE = "kdiag_consumer_last_commit_age_seconds"
 # The span over which the lag's change is measured, as the consumer_lag_growing rule's growth (kafka_signals.py).
 GROWTH_SECONDS = 120.0
 KAFKA_EPOCH = 1293840000.0  # 2011-01-01, before Kafka's first release: no record of a real cluster is older
@@ -37,6 +38,8 @@ HELP = {
                  "kafka.group_series groups, the largest over its topics for the others).",
     CATCH_UP: f"Seconds until the group's lag is gone at its consume and write rates of the last {GROWTH_SECONDS:.0f} s; "
               "+Inf (never) while it reads slower than the topic is written (per topic as kdiag_consumer_lag_seconds).",
+    LAST_COMMIT_AGE: "Seconds since the group's newest committed offset was committed (only with "
+                     "kafka.committed_offsets: offsets_topic, which reads the commit times).",
 }
 
 
@@ -147,6 +150,8 @@ class LagClock:
                         seconds = max(now - lag["record_time"], 0.0)
                 if seconds is not None:
                     values[LAG_SECONDS][topic] = seconds
+            if "last_commit" in g:
+                out.append(sample(LAST_COMMIT_AGE, max(now - g["last_commit"], 0.0), GAUGE, group=group))
             for name, per_topic in values.items():
                 if group_series.matches(group):
                     out += [sample(name, v, GAUGE, group=group, topic=t) for t, v in per_topic.items()]
