@@ -24,6 +24,9 @@ class LabInfo(TypedDict):
     mode: NotRequired[str]
     jvm_opts: NotRequired[list[str]]
     zookeeper: NotRequired[str]
+    # `--partitions`/`--groups` labs: the brokers' -Xmx option and open files limit (lab/sizing.py).
+    heap: NotRequired[str]
+    nofile: NotRequired[int]
 
 
 def lab_json(d: Path) -> LabInfo | None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from kdiag.tools.lab import acls as lab_acls
 from kdiag.tools.lab import nodes as lab_nodes
 from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab import sizing as lab_sizing
 from kdiag.tools.lab import versions as lab_versions
 from kdiag.tools.lab import zookeeper as lab_zookeeper
 from kdiag.kafka.jars import lab_dir
@@ -78,8 +79,9 @@ def mode_of(info: LabInfo) -> str:
 
 def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: int | None = None,
        kafka_version: str | None = None, timeout: float = 180, security: str = "none", mode: str | None = None,
-       jvm_opts: str | None = None) -> LabInfo:
-    """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents."""
+       jvm_opts: str | None = None, partitions: int = 0, groups: int = 0) -> LabInfo:
+    """Start (or reuse) the lab in DIR, its brokers sized for `partitions` and `groups` when given (lab/sizing.py),
+    write DIR/kdiag.yaml and return its lab.json contents."""
     d = lab_dir(dir)
     old = lab_json(d)
     live = lab_nodes.pids(d, old) if old else {}
@@ -89,10 +91,16 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
     lab_versions.check_mode(version, mode)
     lab_versions.check_security(version, mode, security)
     opts = lab_nodes.jvm_opts(jvm_opts)
-    wanted = (brokers, base, version, security, mode, opts)
+    sized = lab_sizing.size(partitions, groups, brokers) if partitions or groups else None
+    xmx = lab_nodes.heap() if os.environ.get("KDIAG_LAB_HEAP") or not sized else f"-Xmx{sized.heap_mb}m"
+    if sized and sized.note:
+        print(f"kdiag lab: the brokers want {sized.wanted_nofile} open files for {partitions} partitions and get "
+              f"{sized.nofile}: {sized.note}", file=sys.stderr)
+    wanted = (brokers, base, version, security, mode, opts, xmx, sized.nofile if sized else None)
     # The running lab when it was started as wanted, None when there is none or it must be rebuilt.
     kept = old if (old and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
-                            mode_of(old), old.get("jvm_opts", [])) == wanted
+                            mode_of(old), old.get("jvm_opts", []), old.get("heap", xmx),
+                            old.get("nofile")) == wanted
                    and (security == "none" or lab_security.secrets_dir(d).is_dir())) else None  # lost secrets: rebuild
     if kept and all(live.values()):
         lab_security.write_kdiag_yaml(d, kept)
@@ -144,12 +152,16 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
         "security": security,
         "mode": mode,
         "jvm_opts": opts,
+        "heap": xmx,
     }
+    if sized:
+        info["nofile"] = sized.nofile
     if mode == "zookeeper":
         info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
     for n in range(1, brokers + 1):
         pid = live.get(n) if kept else None
-        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, opts)
+        info["pids"][str(n)] = pid or lab_nodes.start(d, n, nodes[str(n)]["jmx_port"], security, opts, xmx,
+                                                      info.get("nofile"))
     (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
     lab_security.write_kdiag_yaml(d, info)
     print(f"started {len(to_start)} node(s), waiting for the brokers ...", file=sys.stderr, flush=True)
@@ -197,7 +209,7 @@ def start_node(n: int, dir: str | os.PathLike[str] | None = None, timeout: float
         if not lab_nodes.pids(d, info)[n]:
             security = lab_security.security_of(info)
             info["pids"][str(n)] = lab_nodes.start(d, n, info["nodes"][str(n)]["jmx_port"], security,
-                                                   info.get("jvm_opts", []))
+                                                   info.get("jvm_opts", []), info.get("heap"), info.get("nofile"))
             (d / "lab.json").write_text(json.dumps(info, indent=2) + "\n")
         lab_nodes.wait_ready(d, info, timeout)
     return info
