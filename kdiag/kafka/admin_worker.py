@@ -71,6 +71,8 @@ class AdminSession:
         cluster fails to answer."""
         from confluent_kafka import KafkaException
 
+        if not full and self.reader is not None:
+            self.reader.close()  # a standby reads no cluster-wide state, __consumer_offsets included
         try:
             state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed, full,
                                       local_broker, self.reader)

@@ -118,3 +118,15 @@ def test_the_reader_gives_the_lag_offset_fetch_gives_through_commits_and_deletio
         assert state["consumer_groups"][groups[2]]["last_commit"] < before
         assert "last_commit" not in by_fetch.fetch()["consumer_groups"][groups[0]]
         assert by_topic.reader is not None and by_topic.reader.table.malformed == 0
+
+
+@pytest.mark.kafka
+def test_a_standby_fetch_stops_reading_the_topic_and_the_next_full_fetch_reads_it_again(lab_groups):
+    topic, group = lab_groups["topic"], lab_groups["groups"][3]
+    with sessions(lab_groups["bootstrap"]) as (by_fetch, by_topic):
+        assert by_topic.fetch()["consumer_groups"][group]["lag"] == by_fetch.fetch()["consumer_groups"][group]["lag"]
+        assert by_topic.reader is not None and by_topic.reader.table.get(group)
+        by_topic.fetch(full=False)
+        assert by_topic.reader.table.get(group) == {}
+        assert by_topic.fetch()["consumer_groups"][group]["lag"][topic] == by_fetch.fetch()["consumer_groups"][group][
+            "lag"][topic]
