@@ -181,8 +181,11 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     described = admin.describe_consumer_groups(active, request_timeout=_left(deadline)) if active else {}
     # The API takes one group per call, so the calls are issued together and awaited after.
     offsets: dict[str, Future[Any]] = {}
-    if reader is not None:
-        reader.catch_up(deadline)
+    # Until the reader has read the whole topic (its first read at kdiag's start), OffsetFetch answers, with half
+    # of the time left for it.
+    if reader is not None and not reader.catch_up(time.monotonic() + (deadline - time.monotonic()) / 2):
+        _say_once("still reading __consumer_offsets from its start: committed offsets from OffsetFetch meanwhile")
+        reader = None
     for g in ids if reader is None else ():
         if committed.due(g, states[g]):
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
@@ -191,6 +194,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     for g, answer in _results(offsets, deadline).items():
         committed.put(g, states[g], answer.topic_partitions)
     ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
+    read = reader.offsets(ids) if reader is not None else {}
     groups: dict[str, Group] = {}
     for g in ids:
         if states[g] == "EMPTY":
@@ -199,9 +203,9 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
             state, members = getattr(descriptions[g].state, "name", str(descriptions[g].state)), descriptions[g].members
         else:
             continue
-        groups[g] = {"state": state, "members": len(members),
-                     "lag": _lag(committed.get(g) if reader is None else reader.table.get(g), ends)}
-        if reader is not None and (last := reader.table.last_commit(g)) is not None:
+        read_offsets, last = read.get(g) or (committed.get(g), None)
+        groups[g] = {"state": state, "members": len(members), "lag": _lag(read_offsets, ends)}
+        if last is not None:
             groups[g]["last_commit"] = last
         if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
             # A member beyond the partition count gets an empty assignment and reads nothing.

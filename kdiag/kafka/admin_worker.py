@@ -65,6 +65,10 @@ class AdminSession:
         if self.reader is not None:
             self.reader.close()
 
+    def _committed(self, group: str) -> dict[str, list[tuple[int, int]]]:
+        """The group's committed offsets, from the source the fetch used."""
+        return self.committed.get(group) if self.reader is None else self.reader.offsets([group])[group][0]
+
     def fetch(self, full: bool = True, local_broker: int | None = None,
               record_times: list[list[str]] | None = None) -> AdminState:
         """Live admin state (see fetch_admin_state for `full`); KafkaAdminError naming the bootstrap servers when the
@@ -87,8 +91,7 @@ class AdminSession:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
         if record_times and state["consumer_groups"]:
             with contextlib.suppress(KafkaException):  # only the fallback of lag seconds is lost
-                self.record_times.add_to(state, record_times,
-                                         self.committed.get if self.reader is None else self.reader.table.get)
+                self.record_times.add_to(state, record_times, self._committed)
         self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
         self._consumer.poll(0)
         self.errors.clear()

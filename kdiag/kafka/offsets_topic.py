@@ -2,14 +2,15 @@
 
 OffsetsTable folds the topic's records (offsets_records.py decodes them) into each group's committed offsets and
 commit times, as the group coordinator does when it loads the topic; OffsetsTopicReader keeps one unjoined
-read_committed Consumer assigned to every partition of the topic, and at each admin fetch reads up to the ends the
-fetch began with, so the offsets are those the brokers would answer to OffsetFetch then. Its cost grows with the
-commit rate, not with the number of groups.
+read_committed Consumer assigned to every partition of the topic and folds its records in a thread as they come; an
+admin fetch waits until the table reaches the ends the fetch began with, so the offsets are those the brokers would
+answer to OffsetFetch then. Its cost grows with the commit rate, not with the number of groups.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -84,52 +85,81 @@ class OffsetsTable:
 
 
 class OffsetsTopicReader:
-    """The unjoined Consumer of __consumer_offsets and the table it fills; lives in the AdminClient's process."""
+    """The unjoined Consumer of __consumer_offsets, the thread that folds its records into the table as they come
+    (its first read, of the whole topic, takes longer than a fetch may), and the table; in the AdminClient's process."""
 
     def __init__(self, conf: dict[str, Any]):
         self.conf = conf
         self.table = OffsetsTable()
         self._consumer: Any = None
+        self._ends: Any = None  # asks the ends: offsets_for_times waits on a Consumer another thread consumes from
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._read = threading.Condition()  # guards the table and _position; notified after each batch
         self._position: dict[int, int] = {}
 
     def catch_up(self, deadline: float) -> bool:
-        """Read the records up to the topic's ends now (the last stable offsets: transactional commits count once
-        committed); False when the deadline passed first (the table is then behind by what is left)."""
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, TopicPartition
+        """Wait until the table holds every record up to the topic's ends now (the last stable offsets: a
+        transactional commit counts once committed); False when the deadline passes first."""
+        from confluent_kafka import OFFSET_END, TopicPartition
 
-        if self._consumer is None:
-            from confluent_kafka import Consumer
-
-            self._consumer = Consumer({**self.conf, "enable.auto.commit": False, "enable.partition.eof": True,
-                                       "isolation.level": "read_committed", "auto.offset.reset": "earliest",
-                                       "queued.max.messages.kbytes": 16384})
-        metadata = self._consumer.list_topics(TOPIC, timeout=max(deadline - time.monotonic(), 0.05))
-        partitions = sorted(metadata.topics[TOPIC].partitions) if TOPIC in metadata.topics else []
-        if not partitions or metadata.topics[TOPIC].error is not None:
+        left = max(deadline - time.monotonic(), 0.05)
+        if self._consumer is None and not self._start(left):
             return True  # no group ever committed: the topic is made at the first commit
-        if new := [p for p in partitions if p not in self._position]:
-            self._position.update({p: 0 for p in new})
-            self._consumer.incremental_assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in new])
-        wanted = [TopicPartition(TOPIC, p, OFFSET_END) for p in partitions]
-        ends = {tp.partition: tp.offset for tp in self._consumer.offsets_for_times(
-            wanted, timeout=max(deadline - time.monotonic(), 0.05)) if not tp.error}
-        behind = {p for p, end in ends.items() if self._position[p] < end}
-        while behind and time.monotonic() < deadline:
-            for msg in self._consumer.consume(BATCH, timeout=min(0.2, max(deadline - time.monotonic(), 0.01))):
-                partition = msg.partition()
-                if (error := msg.error()) is None:
-                    self.table.apply(msg.key(), msg.value())
-                    self._position[partition] = msg.offset() + 1
-                elif error.code() == KafkaError._PARTITION_EOF:  # past a trailing transaction marker too
-                    self._position[partition] = max(self._position[partition], msg.offset())
-                if partition in behind and self._position[partition] >= ends[partition]:
-                    behind.discard(partition)
-        return not behind
+        wanted = [TopicPartition(TOPIC, p, OFFSET_END) for p in self._position]
+        got = self._ends.offsets_for_times(wanted, timeout=max(deadline - time.monotonic(), 0.05))
+        ends = {tp.partition: tp.offset for tp in got if not tp.error}
+        with self._read:
+            return self._read.wait_for(lambda: all(self._position[p] >= end for p, end in ends.items()),
+                                       timeout=max(deadline - time.monotonic(), 0.0))
+
+    def _start(self, timeout: float) -> bool:
+        """Assign every partition of the topic from its start and start the thread; False when there is no topic."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        conf = {**self.conf, "enable.auto.commit": False, "isolation.level": "read_committed"}
+        self._ends = self._ends or Consumer(conf)
+        topic = self._ends.list_topics(TOPIC, timeout=timeout).topics.get(TOPIC)
+        if topic is None or topic.error is not None or not topic.partitions:
+            return False
+        consumer = Consumer({**conf, "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                             "queued.max.messages.kbytes": 16384})
+        self._position = {p: 0 for p in topic.partitions}
+        consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in sorted(topic.partitions)])
+        self._consumer = consumer
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="consumer-offsets", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaError
+
+        while not self._stopping.is_set():
+            messages = self._consumer.consume(BATCH, timeout=0.5)
+            with self._read:
+                for msg in messages:
+                    if (error := msg.error()) is None:
+                        self.table.apply(msg.key(), msg.value())
+                        self._position[msg.partition()] = msg.offset() + 1
+                    elif error.code() == KafkaError._PARTITION_EOF:  # past a trailing transaction marker too
+                        self._position[msg.partition()] = max(self._position[msg.partition()], msg.offset())
+                self._read.notify_all()
+
+    def offsets(self, groups: list[str]) -> dict[str, tuple[dict[str, list[tuple[int, int]]], float | None]]:
+        """Per group, its committed offsets (as OffsetsTable.get) and last commit time, read while no batch folds in."""
+        with self._read:
+            return {g: (self.table.get(g), self.table.last_commit(g)) for g in groups}
 
     def close(self) -> None:
-        """Close the Consumer and forget the table: the next catch_up reads the topic from its start."""
-        consumer, self._consumer = self._consumer, None
+        """Stop the thread, close the Consumers and forget the table: the next catch_up reads the topic from its start."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        consumers = (self._consumer, self._ends)
+        self._consumer, self._ends, self._thread = None, None, None
         # Read again from the start, the table would keep groups whose tombstones were compacted away meanwhile.
         self._position, self.table = {}, OffsetsTable()
-        if consumer is not None:
-            consumer.close()
+        for consumer in consumers:
+            if consumer is not None:
+                consumer.close()

@@ -125,8 +125,8 @@ def test_a_standby_fetch_stops_reading_the_topic_and_the_next_full_fetch_reads_i
     topic, group = lab_groups["topic"], lab_groups["groups"][3]
     with sessions(lab_groups["bootstrap"]) as (by_fetch, by_topic):
         assert by_topic.fetch()["consumer_groups"][group]["lag"] == by_fetch.fetch()["consumer_groups"][group]["lag"]
-        assert by_topic.reader is not None and by_topic.reader.table.get(group)
+        assert by_topic.reader is not None and by_topic.reader.offsets([group])[group][0]
         by_topic.fetch(full=False)
-        assert by_topic.reader.table.get(group) == {}
+        assert by_topic.reader.offsets([group])[group][0] == {}
         assert by_topic.fetch()["consumer_groups"][group]["lag"][topic] == by_fetch.fetch()["consumer_groups"][group][
             "lag"][topic]
