@@ -122,8 +122,11 @@ class OffsetsTopicReader:
         topic = self._ends.list_topics(TOPIC, timeout=timeout).topics.get(TOPIC)
         if topic is None or topic.error is not None or not topic.partitions:
             return False
+        # While groups commit without pause, a fetch per answer would be a Fetch request every few milliseconds:
+        # the broker holds each until it has 1 MB or 500 ms passed.
         consumer = Consumer({**conf, "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                             "queued.max.messages.kbytes": 16384})
+                             "queued.max.messages.kbytes": 16384, "fetch.min.bytes": 1 << 20,
+                             "fetch.wait.max.ms": 500})
         self._position = {p: 0 for p in topic.partitions}
         consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in sorted(topic.partitions)])
         self._consumer = consumer
