@@ -211,8 +211,9 @@ class Committer:
     """Commits new offsets for `groups` of the benchmark's groups every COMMIT_EVERY seconds from outside the group,
     as assign-mode clients (Flink, Spark) do: they stay Empty, and their offsets move."""
 
-    def __init__(self, bootstrap: str, groups: int, topics: int, per_topic: int):
+    def __init__(self, bootstrap: str, groups: int, topics: int, per_topic: int, every: float = COMMIT_EVERY):
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.every = every
         self.groups, self.topics, self.per_topic = groups, topics, per_topic
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -236,12 +237,12 @@ class Committer:
             for f in futures:
                 with contextlib.suppress(KafkaException):
                     f.result(timeout=60)
-            if self.stopping.wait(COMMIT_EVERY):
+            if self.stopping.wait(self.every):
                 return
 
 
 def run_window(config: dict, window: float, warmup: float, interval: float) -> dict:
-    """Run kdiag for warmup + window seconds; its CPU share, RSS, scrape p99 and series at the end."""
+    """Run kdiag for warmup + window seconds; its CPU share, RSS, scrape p99, series and last scrape at the end."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "kdiag.yaml")
@@ -290,7 +291,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
             "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
             if len(admin_times) > 1 else math.nan,
             "scrape_p99": percentile(scrapes, 99), "series": len(lines),
-            "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_"))}
+            "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_")), "body": body}
 
 
 def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:

@@ -111,6 +111,9 @@ class KafkaConfig:
     configs_interval: Duration = Duration(60.0)
     # How often an Empty group whose committed offsets did not move is read again (others: every fetch); 0: every fetch.
     quiet_groups_interval: Duration = Duration(300.0)
+    # Where committed offsets come from: offset_fetch (OffsetFetch per group, each fetch) or offsets_topic (the
+    # __consumer_offsets records: a cost that grows with commits, not groups; needs Read on that topic).
+    committed_offsets: str = "offset_fetch"
     # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
     expected_brokers: list[int] = field(default_factory=list)
     # This host's broker (its node.id); null: found from the broker process on this host, else none (a load host).
@@ -153,6 +156,9 @@ class KafkaConfig:
             self.client_settings.check()
         except ClientConfigError as e:
             raise ConfigError(str(e)) from None
+        if self.committed_offsets not in ("offset_fetch", "offsets_topic"):
+            raise ConfigError(f"kafka.committed_offsets: {quote(self.committed_offsets)} is not offset_fetch or "
+                              "offsets_topic")
         if self.cluster_scope not in ("auto", "always", "never"):
             raise ConfigError(f"kafka.cluster_scope: {quote(self.cluster_scope)} is not auto, always or never")
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.coordination_topic):

@@ -19,6 +19,9 @@ CONSUMER_LAG_SECONDS = gauge(
     "group",
     optional=("topic",),
 )
+CONSUMER_LAST_COMMIT_AGE_SECONDS = gauge(
+    "kdiag_consumer_last_commit_age_seconds", "Seconds since the group's newest committed offset was committed (only "
+    "with kafka.committed_offsets: offsets_topic, which reads the commit times).", "group")
 KAFKA_BROKER_CONFIG = gauge(
     "kdiag_kafka_broker_config", "Numeric broker config value (booleans as 0/1; Long.MAX_VALUE means not set).", "broker_id", "name"
 )

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, TypedDict
 
+from kdiag.kafka.offsets_topic import OffsetsTopicReader
 from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
 
 # AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
@@ -160,8 +161,10 @@ def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -
     return out
 
 
-def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache) -> dict[str, Group]:
-    """State, member count and lag (per topic: sum and largest partition) of every consumer group."""
+def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache,
+            reader: OffsetsTopicReader | None) -> dict[str, Group]:
+    """State, member count and lag (per topic: sum and largest partition) of every consumer group; committed offsets
+    from the reader of __consumer_offsets when given (with each group's last commit time), else OffsetFetch."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     listed = admin.list_consumer_groups(request_timeout=_left(deadline)).result(timeout=_left(deadline))
@@ -178,7 +181,12 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     described = admin.describe_consumer_groups(active, request_timeout=_left(deadline)) if active else {}
     # The API takes one group per call, so the calls are issued together and awaited after.
     offsets: dict[str, Future[Any]] = {}
-    for g in ids:
+    # Until the reader has read the whole topic (its first read at kdiag's start), OffsetFetch answers, with half
+    # of the time left for it.
+    if reader is not None and not reader.catch_up(time.monotonic() + (deadline - time.monotonic()) / 2):
+        _say_once("still reading __consumer_offsets from its start: committed offsets from OffsetFetch meanwhile")
+        reader = None
+    for g in ids if reader is None else ():
         if committed.due(g, states[g]):
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
                                                              request_timeout=_left(deadline)))
@@ -186,6 +194,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     for g, answer in _results(offsets, deadline).items():
         committed.put(g, states[g], answer.topic_partitions)
     ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
+    read = reader.offsets(ids) if reader is not None else {}
     groups: dict[str, Group] = {}
     for g in ids:
         if states[g] == "EMPTY":
@@ -194,7 +203,10 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
             state, members = getattr(descriptions[g].state, "name", str(descriptions[g].state)), descriptions[g].members
         else:
             continue
-        groups[g] = {"state": state, "members": len(members), "lag": _lag(committed.get(g), ends)}
+        read_offsets, last = read.get(g) or (committed.get(g), None)
+        groups[g] = {"state": state, "members": len(members), "lag": _lag(read_offsets, ends)}
+        if last is not None:
+            groups[g]["last_commit"] = last
         if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
             # A member beyond the partition count gets an empty assignment and reads nothing.
             groups[g]["idle_members"] = sum(1 for m in members if not (m.assignment and m.assignment.topic_partitions))
@@ -288,7 +300,7 @@ def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
 
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
-                      local_broker: int | None = None) -> AdminState:
+                      local_broker: int | None = None, reader: OffsetsTopicReader | None = None) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
     (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
@@ -311,7 +323,7 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
         "broker_configs": {b: picked["values"] for b, picked in broker_configs.items()},
         "broker_config_sources": {b: picked["sources"] for b, picked in broker_configs.items()},
         "topics": topics,
-        "consumer_groups": _groups(admin, topics, deadline, committed or CommittedCache(0)) if full else {},
+        "consumer_groups": _groups(admin, topics, deadline, committed or CommittedCache(0), reader) if full else {},
     }
     if not full:
         state["scope"] = "local"

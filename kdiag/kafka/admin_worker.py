@@ -10,6 +10,7 @@ from typing import Any
 
 from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
 from kdiag.kafka.client import ClientSettings, ErrorLog
+from kdiag.kafka.offsets_topic import OffsetsTopicReader
 from kdiag.kafka.record_time import RecordTimes
 from kdiag.kafka.state import AdminState
 from kdiag.core.worker_process import serve
@@ -20,7 +21,7 @@ class AdminSession:
     lives in the AdminClient's own process."""
 
     def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0,
-                 quiet_groups_interval: float = 0.0):
+                 quiet_groups_interval: float = 0.0, committed_offsets: str = "offset_fetch"):
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self.settings = settings
@@ -30,6 +31,9 @@ class AdminSession:
         self._admin: Any = None
         self._consumer: Any = None
         self.record_times = RecordTimes(self._conf)
+        # Never joined: librdkafka only wants a group.id to make a consumer.
+        self.reader = OffsetsTopicReader(self._conf(**{"group.id": "kdiag-offsets-reader"})) \
+            if committed_offsets == "offsets_topic" else None
 
     def _conf(self, **extra: object) -> dict[str, Any]:
         return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,
@@ -58,6 +62,12 @@ class AdminSession:
         if consumer is not None:
             consumer.close()
         self.record_times.close()
+        if self.reader is not None:
+            self.reader.close()
+
+    def _committed(self, group: str) -> dict[str, list[tuple[int, int]]]:
+        """The group's committed offsets, from the source the fetch used."""
+        return self.committed.get(group) if self.reader is None else self.reader.offsets([group])[group][0]
 
     def fetch(self, full: bool = True, local_broker: int | None = None,
               record_times: list[list[str]] | None = None) -> AdminState:
@@ -65,9 +75,11 @@ class AdminSession:
         cluster fails to answer."""
         from confluent_kafka import KafkaException
 
+        if not full and self.reader is not None:
+            self.reader.close()  # a standby reads no cluster-wide state, __consumer_offsets included
         try:
             state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed, full,
-                                      local_broker)
+                                      local_broker, self.reader)
         except (KafkaException, TimeoutError) as e:
             admin = self._admin
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
@@ -79,7 +91,7 @@ class AdminSession:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
         if record_times and state["consumer_groups"]:
             with contextlib.suppress(KafkaException):  # only the fallback of lag seconds is lost
-                self.record_times.add_to(state, record_times, self.committed.get)
+                self.record_times.add_to(state, record_times, self._committed)
         self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
         self._consumer.poll(0)
         self.errors.clear()
@@ -90,7 +102,8 @@ def start(settings: dict[str, Any]) -> Any:
     """The request handler of one child: its AdminSession answers every fetch."""
     client = ClientSettings(**settings["client"])
     session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
-                           settings.get("quiet_groups_interval", 0.0))
+                           settings.get("quiet_groups_interval", 0.0),
+                           settings.get("committed_offsets", "offset_fetch"))
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -63,6 +63,7 @@ class Group(TypedDict):
     members: int
     lag: dict[str, TopicLag]
     idle_members: NotRequired[int]
+    last_commit: NotRequired[float]  # epoch seconds of its newest commit, when read from __consumer_offsets
 
 
 class AdminState(TypedDict):

@@ -39,7 +39,7 @@ class KafkaAdminCollector(Collector):
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
                  partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
                  configs_interval: float = 0.0, quiet_groups_interval: float = 0.0, local_broker: int | None = None,
-                 own_groups: tuple[str, ...] = ()):
+                 own_groups: tuple[str, ...] = (), committed_offsets: str = "offset_fetch"):
         self.bootstrap_servers = bootstrap_servers
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
@@ -50,7 +50,7 @@ class KafkaAdminCollector(Collector):
         # Created now, started on the first live fetch, so replays never start it.
         self.worker = WorkerProcess("kdiag.kafka.admin_worker", {
             "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
-            "quiet_groups_interval": quiet_groups_interval,
+            "quiet_groups_interval": quiet_groups_interval, "committed_offsets": committed_offsets,
             "client": dataclasses.asdict(settings)}, "the AdminClient process")
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
         self.lag_clock = LagClock()
@@ -70,7 +70,8 @@ class KafkaAdminCollector(Collector):
         return cls(kafka.bootstrap_servers, kafka.timeout, kafka.max_partition_series, kafka.client_settings,
                    kafka.expected_brokers, partition_series=kafka.partition_series, group_series=kafka.group_series,
                    configs_interval=kafka.configs_interval, quiet_groups_interval=kafka.quiet_groups_interval,
-                   local_broker=kafka.local_broker_id, own_groups=own_groups(config))
+                   local_broker=kafka.local_broker_id, own_groups=own_groups(config),
+                   committed_offsets=kafka.committed_offsets)
 
     @property
     def full(self) -> bool:

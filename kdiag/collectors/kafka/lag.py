@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.sample import Sample
 from kdiag.families.family import Family
-from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS
+from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS, CONSUMER_LAST_COMMIT_AGE_SECONDS
 from kdiag.kafka.state import AdminState, ConfigValues, Topic
 
-FAMILIES = (CONSUMER_LAG_SECONDS, CONSUMER_CATCH_UP_SECONDS)
+FAMILIES = (CONSUMER_LAG_SECONDS, CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAST_COMMIT_AGE_SECONDS)
 
 # The span over which the lag's change is measured, as the consumer_lag_growing rule's growth (kafka_signals.py).
 GROWTH_SECONDS = 120.0
@@ -144,6 +144,8 @@ class LagClock:
                         seconds = max(now - lag["record_time"], 0.0)
                 if seconds is not None:
                     values[CONSUMER_LAG_SECONDS][topic] = seconds
+            if "last_commit" in g:
+                out.append(CONSUMER_LAST_COMMIT_AGE_SECONDS.sample(max(now - g["last_commit"], 0.0), group=group))
             for family, per_topic in values.items():
                 if group_series.matches(group):
                     out += [family.sample(v, group=group, topic=t) for t, v in per_topic.items()]

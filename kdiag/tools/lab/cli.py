@@ -7,6 +7,7 @@
     broker: N HOST:CLIENT controller=HOST:CTRL (HOST 127.0.0.1, or a --containers node's own address)
     jmx: N service:jmx:rmi:///jndi/rmi://127.0.0.1:P/jmxrmi[@netns:PID] (a --containers node's in its namespace)
     exporter: N http://HOST:P/metrics (--jmx-exporter: the node's jmx_exporter agent)
+    sizing: heap=-XmxSIZE nofile=N (labs started with --partitions or --groups)
 (`status` adds "node: N running pid=P" or "node: N stopped" lines).
 """
 
@@ -48,6 +49,8 @@ def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = 
     if info.get("containers", {}).get("jmx_exporter"):
         for n in range(1, info["brokers"] + 1):
             lines.append(f"exporter: {n} {lab_containers.exporter_url(info, n)}")
+    if "nofile" in info:
+        lines.append(f"sizing: heap={info.get('heap', '')} nofile={info['nofile']}")
     if pids is not None:
         for n, pid in pids.items():
             lines.append(f"node: {n} running pid={pid}" if pid else f"node: {n} stopped")
@@ -71,7 +74,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         containers = ({"memory": args.container_memory * 2**20, "cpus": args.container_cpus,
                        "jmx_exporter": float(args.jmx_exporter)} if args.containers else None)
         info = lab.up(args.dir, args.brokers, args.base_port, args.kafka_version, args.timeout, args.security,
-                      args.mode, args.jvm_opts, containers)
+                      args.mode, args.jvm_opts, containers, args.partitions, args.groups)
     print("\n".join(_info_lines(info, "running")), flush=True)
     return 0
 
@@ -101,6 +104,13 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(text: str) -> int:
+    """A --partitions or --groups value: a count from 0 to 10,000,000."""
+    if not text.isdigit() or int(text) > 10_000_000:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a count from 0 to 10000000")
+    return int(text)
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `lab` subcommand (up, status, down) on an argparse subparsers object."""
     lab_parser = subparsers.add_parser("lab", help="run a local Kafka cluster (KRaft or ZooKeeper) for trying kdiag")
@@ -119,6 +129,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--base-port", type=int,
                    help=f"client port of node 1; node N uses base+10*(N-1) (default {DEFAULT_BASE_PORT})")
     p.add_argument("--timeout", type=float, default=180, help="seconds to wait for the brokers")
+    p.add_argument("--partitions", type=_count, default=0,
+                   help="partitions the lab will hold (replication 1, spread over the brokers): sizes the brokers' "
+                        "heap and open files limit (raised when it can be, said when it cannot)")
+    p.add_argument("--groups", type=_count, default=0, help="consumer groups the lab will hold: sizes the heap")
     p.add_argument("--security", choices=lab_security.MODES, default="none",
                    help="client listener: PLAINTEXT, TLS, SCRAM-SHA-512, or SCRAM over TLS; secured modes also "
                         "guard JMX with a password (TLS too in ssl and sasl_ssl); see DIR/kdiag.yaml")

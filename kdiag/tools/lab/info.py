@@ -26,6 +26,9 @@ class LabInfo(TypedDict):
     zookeeper: NotRequired[str]
     containers: NotRequired[dict[str, float]]  # --containers: each node's memory limit (bytes) and cpus
     hosts: NotRequired[dict[str, str]]  # node id -> its address (a container's own; else 127.0.0.1)
+    # `--partitions`/`--groups` labs: the brokers' -Xmx option and open files limit (lab/sizing.py).
+    heap: NotRequired[str]
+    nofile: NotRequired[int]
 
 
 def lab_json(d: Path) -> LabInfo | None:

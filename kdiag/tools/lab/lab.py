@@ -15,6 +15,7 @@ from kdiag.tools.lab import acls as lab_acls
 from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab import nodes as lab_nodes
 from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab import sizing as lab_sizing
 from kdiag.tools.lab import versions as lab_versions
 from kdiag.tools.lab import zookeeper as lab_zookeeper
 from kdiag.kafka.jars import lab_dir
@@ -79,9 +80,11 @@ def mode_of(info: LabInfo) -> str:
 
 def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: int | None = None,
        kafka_version: str | None = None, timeout: float = 180, security: str = "none", mode: str | None = None,
-       jvm_opts: str | None = None, containers: dict[str, float] | None = None) -> LabInfo:
-    """Start (or reuse) the lab in DIR, write DIR/kdiag.yaml and return its lab.json contents; with containers
-    ({"memory": bytes, "cpus": cores}) each broker runs as a container under those limits."""
+       jvm_opts: str | None = None, containers: dict[str, float] | None = None, partitions: int = 0,
+       groups: int = 0) -> LabInfo:
+    """Start (or reuse) the lab in DIR, its brokers sized for `partitions` and `groups` when given (lab/sizing.py),
+    write DIR/kdiag.yaml and return its lab.json contents; with containers ({"memory": bytes, "cpus": cores}) each
+    broker runs as a container under those limits."""
     d = lab_dir(dir)
     old = lab_json(d)
     live = lab_nodes.pids(d, old) if old else {}
@@ -95,10 +98,16 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
         lab_containers.check_tools()
         if security != "none" or mode != "kraft":
             raise LabError("--containers runs KRaft brokers with PLAINTEXT listeners only", 2)
-    wanted = (brokers, base, version, security, mode, opts, containers)
+    sized = lab_sizing.size(partitions, groups, brokers) if partitions or groups else None
+    xmx = lab_nodes.heap() if os.environ.get("KDIAG_LAB_HEAP") or not sized else f"-Xmx{sized.heap_mb}m"
+    if sized and sized.note:
+        print(f"kdiag lab: the brokers want {sized.wanted_nofile} open files for {partitions} partitions and get "
+              f"{sized.nofile}: {sized.note}", file=sys.stderr)
+    wanted = (brokers, base, version, security, mode, opts, containers, xmx, sized.nofile if sized else None)
     # The running lab when it was started as wanted, None when there is none or it must be rebuilt.
     kept = old if (old and (old["brokers"], old["base_port"], old["kafka_version"], lab_security.security_of(old),
-                            mode_of(old), old.get("jvm_opts", []), old.get("containers")) == wanted
+                            mode_of(old), old.get("jvm_opts", []), old.get("containers"), old.get("heap", xmx),
+                            old.get("nofile")) == wanted
                    and (security == "none" or lab_security.secrets_dir(d).is_dir())) else None  # lost secrets: rebuild
     if kept and all(live.values()):
         lab_security.write_kdiag_yaml(d, kept)
@@ -160,10 +169,13 @@ def up(dir: str | os.PathLike[str] | None = None, brokers: int = 1, base_port: i
         "security": security,
         "mode": mode,
         "jvm_opts": opts,
+        "heap": xmx,
     }
     if containers:
         info["containers"] = containers
         info["hosts"] = hosts
+    if sized:
+        info["nofile"] = sized.nofile
     if mode == "zookeeper":
         info["zookeeper"] = f"127.0.0.1:{zookeeper_port(base)}"
     for n in range(1, brokers + 1):
@@ -190,11 +202,12 @@ def _start(d: Path, info: LabInfo, n: int) -> int:
     info names it)."""
     jmx_port = info["nodes"][str(n)]["jmx_port"]
     if "containers" in info:
-        pid = lab_containers.start_node(d, n, info["base_port"], jmx_port, info["containers"], lab_nodes.heap(),
-                                        info.get("jvm_opts", []))
+        pid = lab_containers.start_node(d, n, info["base_port"], jmx_port, info["containers"],
+                                        info.get("heap") or lab_nodes.heap(), info.get("jvm_opts", []))
         info["jmx"][str(n)] = f"{jmx_url(jmx_port)}@netns:{pid}"  # JMX answers in the container's namespace only
         return pid
-    return lab_nodes.start(d, n, jmx_port, lab_security.security_of(info), info.get("jvm_opts", []))
+    return lab_nodes.start(d, n, jmx_port, lab_security.security_of(info), info.get("jvm_opts", []), info.get("heap"),
+                           info.get("nofile"))
 
 
 def _cleanup(info: LabInfo) -> None:

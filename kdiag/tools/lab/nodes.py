@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kdiag.tools.lab import security as lab_security
+from kdiag.tools.lab import sizing as lab_sizing
 from kdiag.core.procfs import parse_stat
 from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LABFILES, LabError
@@ -111,11 +112,13 @@ def format_storage(d: Path, nodes: list[int], cluster_id: str, security: str) ->
             raise LabError(f"formatting node {n} failed:\n{lab_security.redact(d, out)}")
 
 
-def start(d: Path, n: int, jmx_port: int, security: str, extra_opts: Sequence[str] = ()) -> int:
-    """Start node n in a session of its own, JMX on loopback, and write its pid file; return the pid."""
+def start(d: Path, n: int, jmx_port: int, security: str, extra_opts: Sequence[str] = (), xmx: str | None = None,
+          nofile: int | None = None) -> int:
+    """Start node n in a session of its own, JMX on loopback, with the heap and open files limit given (else HEAP or
+    KDIAG_LAB_HEAP, and the inherited limit), and write its pid file; return the pid."""
     node_dir = d / f"node-{n}"
     cmd = [
-        "java", heap(), *extra_opts, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+        "java", xmx or heap(), *extra_opts, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
         "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
         f"-Dkafka.logs.dir={node_dir}",
         "-Dcom.sun.management.jmxremote=true",
@@ -131,6 +134,8 @@ def start(d: Path, n: int, jmx_port: int, security: str, extra_opts: Sequence[st
     with open(node_dir / "stdout.log", "ab") as out:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=node_dir)
+    if nofile is not None:
+        lab_sizing.apply(proc.pid, nofile)  # before the broker opens its logs, seconds into its start
     (node_dir / "pid").write_text(f"{proc.pid}\n")
     return proc.pid
 

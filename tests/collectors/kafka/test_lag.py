@@ -14,12 +14,13 @@ from kdiag.analysis.engine import render
 from kdiag.analysis.kafka_signals import catch_up, group_signals
 from kdiag.analysis.scope import with_cluster
 from kdiag.collectors.kafka.lag import LagClock, time_at_offset
-from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS
+from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS, CONSUMER_LAST_COMMIT_AGE_SECONDS
 from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
 from kdiag.core.history import History
 from kdiag.core.sample import GAUGE, sample
 
 LAG_SECONDS, CATCH_UP = CONSUMER_LAG_SECONDS.name, CONSUMER_CATCH_UP_SECONDS.name
+LAST_COMMIT_AGE = CONSUMER_LAST_COMMIT_AGE_SECONDS.name
 
 # A topic written at 10 messages/s, fetched every 10 s from t=1000.
 STEADY = [(1000.0 + 10 * i, 100.0 * i) for i in range(10)]
@@ -218,3 +219,12 @@ def test_a_record_within_the_retention_and_a_segment_is_plausible():
     behind["topics"]["orders"]["configs"] = {"retention.ms": "86400000", "segment.ms": "3600000"}
     behind["consumer_groups"]["old"]["lag"]["orders"]["record_time"] = NOW - 86400 - 1800
     assert lag_seconds(clock.samples(NOW, behind, SeriesFilter()), group="old", topic="orders") == 88200.0
+
+
+def test_last_commit_age_per_group_only_where_the_commit_time_is_known():
+    fetched = state({"orders": [100]}, {"billing": {"orders": 0}, "audit": {"orders": 0}})
+    fetched["consumer_groups"]["billing"]["last_commit"] = 1990.5
+    fetched["consumer_groups"]["late"] = {"lag": {}, "last_commit": 2100.0}  # a commit time ahead of this clock
+    out = LagClock().samples(2000.0, fetched, SeriesFilter())
+    ages = {s.labels: s.value for s in out if s.name == LAST_COMMIT_AGE}
+    assert ages == {(("group", "billing"),): 9.5, (("group", "late"),): 0.0}

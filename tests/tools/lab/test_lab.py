@@ -15,6 +15,7 @@ from tests.waiting import wait_until
 from kdiag.tools.lab import lab
 from kdiag.tools.lab import cli as lab_cli
 from kdiag.tools.lab import nodes as lab_nodes
+from kdiag.tools.lab import sizing as lab_sizing
 from kdiag.config.settings import load_config
 
 pytestmark = pytest.mark.kafka
@@ -95,3 +96,26 @@ def test_three_broker_lab_and_down_leaves_nothing(tmp_path):
     wait_until(lambda: all(lab_nodes.port_free(p) for n in (1, 2, 3) for p in lab.ports(n, base).values()), 120,
                "the lab's ports free again after down")
     assert run("status", "--dir", d)[0] == 1
+
+
+def test_a_lab_sized_for_its_partitions_starts_its_broker_with_that_heap_and_files_limit(tmp_path, capsys):
+    """The files limit raised where this process may (CAP_SYS_RESOURCE), else the inherited one and a warning."""
+    d = str(tmp_path / "sized")
+    sized = lab_sizing.size(30_000, 5_000, 1)
+    try:
+        rc, out = run("up", "--dir", d, "--base-port", "29392", "--partitions", "30000", "--groups", "5000",
+                      "--timeout", "120")
+        assert rc == 0, out
+        info = lab.read_lab(d)
+        pid = info["pids"]["1"]
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        files = next(line.split()[3:5] for line in limits.splitlines() if line.startswith("Max open files"))
+        assert files == [str(info["nofile"])] * 2 and info["nofile"] == sized.nofile
+        assert (sized.nofile == sized.wanted_nofile) if lab_sizing.can_raise() else sized.note
+        if sized.note:
+            assert f"want {sized.wanted_nofile} open files for 30000 partitions and get {sized.nofile}" in \
+                capsys.readouterr().err
+        assert info["heap"] in Path(f"/proc/{pid}/cmdline").read_text().split("\0") and info["heap"] == "-Xmx1536m"
+        assert f"sizing: heap={info['heap']} nofile={info['nofile']}" in out
+    finally:
+        run("down", "--dir", d, "--purge")

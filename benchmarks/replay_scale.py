@@ -1,0 +1,138 @@
+"""The Python side alone at sizes no lab on this machine holds: a simulated admin state (default 1,000,000 partitions
+in topics of 100 over 3 brokers, 50,000 groups with offsets on one topic each) replayed through the daemon's
+pipeline with the shipped catalog, stage by stage: the recorded state's check (read_admin_state, as a replay reads
+it), the admin collector's samples and lag seconds, history, signals, rules, the series cap and the exposition.
+
+The state is generated, not fetched (no cluster): each cycle the log ends advance and a tenth of the groups commit,
+as between two fetches of a busy cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import resource
+import socket
+import sys
+import time
+
+from kdiag.analysis.subject_kinds import compute_signals
+from kdiag.app.wiring import load_rules
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.config.settings import load_config
+from kdiag.core.cardinality import cap_kafka_series
+from kdiag.core.root import Root
+from kdiag.kafka.state import AdminState, read_admin_state
+from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.serve.exporter import render_metrics
+
+STAGES = ("state check", "collect", "history", "signals", "rules", "cap", "render", "total")
+PER_TOPIC = 100
+BROKERS = 3
+
+
+class SimulatedCluster:
+    """An admin state of `partitions` partitions and `groups` groups that moves on at each fetch."""
+
+    def __init__(self, partitions: int, groups: int, seed: int = 34):
+        self.rng = random.Random(seed)
+        self.topics = math.ceil(partitions / PER_TOPIC)
+        self.ends = [[self.rng.randrange(10**6) for _ in range(PER_TOPIC)] for _ in range(self.topics)]
+        self.committed = [[max(0, e - self.rng.randrange(1000)) for e in self.ends[g % self.topics]]
+                          for g in range(groups)]
+
+    def fetch(self) -> AdminState:
+        """The next state: every log end written a little, a tenth of the groups committed closer to it."""
+        for ends in self.ends:
+            for p in range(PER_TOPIC):
+                ends[p] += self.rng.randrange(50)
+        for g in self.rng.sample(range(len(self.committed)), len(self.committed) // 10):
+            self.committed[g] = [max(c, e - self.rng.randrange(200)) for c, e in zip(self.committed[g],
+                                                                                    self.ends[g % self.topics], strict=False)]
+        topics = {}
+        for t, ends in enumerate(self.ends):
+            partitions = [{"partition": p, "leader": p % BROKERS, "replicas": [p % BROKERS], "isr": [p % BROKERS],
+                           "log_end_offset": e} for p, e in enumerate(ends)]
+            topics[f"sim-t{t:06d}"] = {"partitions": partitions, "configs": {"retention.ms": "604800000"}}
+        groups = {}
+        for g, committed in enumerate(self.committed):
+            lags = [e - c for c, e in zip(committed, self.ends[g % self.topics], strict=False)]
+            groups[f"sim-g{g:06d}"] = {"state": "STABLE" if g % 3 else "EMPTY", "members": g % 3,
+                                       "lag": {f"sim-t{g % self.topics:06d}": {"sum": sum(lags), "max": max(lags)}}}
+        return {"cluster_id": "simulated", "controller_id": 0,
+                "brokers": [{"id": b, "host": "127.0.0.1", "port": 9092 + b, "rack": None} for b in range(BROKERS)],
+                "broker_configs": {}, "topics": topics, "consumer_groups": groups}  # type: ignore[typeddict-item]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Replay --cycles simulated fetches; print p50/max per stage, series and peak RSS."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--partitions", type=int, default=1_000_000)
+    p.add_argument("--groups", type=int, default=50_000)
+    p.add_argument("--cycles", type=int, default=4)
+    args = p.parse_args(argv)
+    config = load_config()
+    cluster = SimulatedCluster(args.partitions, args.groups)
+    kafka = config.kafka
+    collector = KafkaAdminCollector("", kafka.timeout, kafka.max_partition_series, partition_series=kafka.partition_series,
+                                    group_series=kafka.group_series)
+    checked: list[float] = []
+    fetched: list[float] = []
+
+    def fetch() -> AdminState:
+        # A replay reads the recorded JSON and checks it: the cost of both, as the daemon replaying pays it; making
+        # the simulated state is no cost of kdiag's, and is left out.
+        begin = time.perf_counter()
+        text = json.dumps(cluster.fetch())
+        start = time.perf_counter()
+        state = read_admin_state(json.loads(text), 2)
+        checked.append(time.perf_counter() - start)
+        fetched.append(time.perf_counter() - begin)
+        return state
+
+    collector.fetch = fetch  # type: ignore[method-assign]
+    collectors = CollectorSet([collector])
+    pipeline = Pipeline(collectors, load_rules(config), socket.gethostname(), config.history, config.signal_window)
+    root = Root(config.procfs, config.sysfs)
+    help_text = collectors.help()
+    per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
+    series = 0
+    for i in range(args.cycles):
+        clock = time.perf_counter
+        t = root.now()
+        start = clock()
+        samples = pipeline.collectors.run(root)
+        collected = clock()
+        pipeline.history.add(t, samples)
+        added = clock()
+        signals = compute_signals(pipeline.history, pipeline.window)
+        derived = clock()
+        judged = pipeline.engine.evaluate(pipeline.judged, t, signals)
+        pipeline.adopt(judged)
+        evaluated = clock()
+        capped, _ = cap_kafka_series(samples, kafka.max_series)
+        capped_at = clock()
+        state = State(pipeline.host, t, capped, dict(pipeline.collectors.health), signals, judged.current(),
+                      list(judged.resolved))
+        body = render_metrics(state, help_text)
+        rendered = clock()
+        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+        for stage, seconds in (("state check", checked[-1]), ("collect", collected - start - fetched[-1]),
+                               ("history", added - collected), ("signals", derived - added),
+                               ("rules", evaluated - derived), ("cap", capped_at - evaluated),
+                               ("render", rendered - capped_at), ("total", rendered - start - fetched[-1] + checked[-1])):
+            per_stage[stage].append(seconds)
+        print(f"cycle {i + 1}/{args.cycles}: {per_stage['total'][-1]:.2f}s", file=sys.stderr, flush=True)
+    print(f"simulated {cluster.topics * PER_TOPIC} partitions, {args.groups} groups, {args.cycles} cycles; "
+          f"{series} lines in /metrics; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB\n")
+    print("| stage | p50 | max |")
+    print("| --- | ---: | ---: |")
+    for stage in STAGES:
+        print(f"| {stage} | {sorted(per_stage[stage])[len(per_stage[stage]) // 2]:.3f}s | {max(per_stage[stage]):.3f}s |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
