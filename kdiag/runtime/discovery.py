@@ -47,7 +47,7 @@ class Broker:
     listeners: list[Listener] = field(default_factory=list)  # client listeners (controller listeners left out)
     ports: set[int] = field(default_factory=set)  # every port it listens on, controller ports included
     log_dirs: list[str] = field(default_factory=list)
-    jmx: str = ""  # host:port
+    jmx: str = ""  # host:port, "@netns:PID" after it when the process has a network namespace of its own
     jmx_auth: bool = False  # the JMX port wants a password
     jmx_ssl: bool = False  # the JMX port speaks TLS
     classpath: str = ""
@@ -178,17 +178,24 @@ def find_brokers(root: Root, trust: BrokerTrust | None = None) -> list[Broker]:
             owners = frozenset({0, *process_uids(root, pid)})
         except (OSError, ValueError):
             owners = frozenset({0})
-        brokers.append(dataclasses.replace(read_broker(root, pid, argv), owners=owners, rootfs=_rootfs(root, pid)))
+        broker = read_broker(root, pid, argv)
+        if broker.jmx and _other_namespace(root, pid, "net"):  # its JMX port is on its own loopback: reached there
+            broker = dataclasses.replace(broker, jmx=f"{broker.jmx}@netns:{pid}")
+        brokers.append(dataclasses.replace(broker, owners=owners, rootfs=_rootfs(root, pid)))
     return brokers
+
+
+def _other_namespace(root: Root, pid: int, kind: str) -> bool:
+    """Whether the process's namespace of that kind (mnt, net) is known not to be kdiag's."""
+    try:
+        return root.readlink("proc", f"{pid}/ns/{kind}") != root.readlink("proc", f"self/ns/{kind}")
+    except OSError:
+        return False
 
 
 def _rootfs(root: Root, pid: int) -> str:
     """/proc/PID/root when the process's mount namespace is not kdiag's, else "" (the same, or unknown)."""
-    try:
-        same = root.readlink("proc", f"{pid}/ns/mnt") == root.readlink("proc", "self/ns/mnt")
-    except OSError:
-        return ""
-    return "" if same else f"{root.proc}/{pid}/root"
+    return f"{root.proc}/{pid}/root" if _other_namespace(root, pid, "mnt") else ""
 
 
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
