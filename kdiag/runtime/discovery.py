@@ -25,7 +25,7 @@ from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.core.brokertrust import BrokerTrust
-from kdiag.core.mountinfo import host_paths
+from kdiag.core.mountinfo import host_paths, place
 from kdiag.core.trust import why_untrusted_classpath
 
 log = logging.getLogger(__name__)
@@ -198,6 +198,21 @@ def _rootfs(root: Root, pid: int) -> str:
     return f"{root.proc}/{pid}/root" if _other_namespace(root, pid, "mnt") else ""
 
 
+def _host_classpath(root: Root, broker: Broker) -> str:
+    """The broker's classpath on this host's mounts (a JVM takes no jar through /proc/PID/root) when this host mounts
+    every entry and no one else can change them here either; else its entries inside /proc/PID/root."""
+    entries = broker.classpath.split(":")
+    if not broker.rootfs:
+        return broker.classpath
+    fallback = ":".join(broker.rootfs + e for e in entries)
+    dirs = [e.removesuffix("/*") for e in entries]
+    placed = place(root, broker.pid, dirs)
+    if len(placed) != len(entries) or any(p.device for p in placed):
+        return fallback
+    mapped = ":".join(p.path + ("/*" if e.endswith("/*") else "") for p, e in zip(placed, entries, strict=True))
+    return fallback if why_untrusted_classpath(mapped, broker.owners) else mapped
+
+
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
     """The local broker among the processes found, or None and why: config narrows (bootstrap ports, node id)."""
     found = [b for b in brokers if not b.controller_only]
@@ -293,7 +308,7 @@ def discover(config: Config, root: Root) -> Config:
             log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
                         "Kafka's libs/*", broker.pid, untrusted)
         else:
-            classpath = ":".join(base + e for e in broker.classpath.split(":"))
+            classpath = _host_classpath(root, broker)
             found["kafka.jmx_classpath"] = (classpath, _classpath_summary(classpath),
                                             f"-cp of pid {broker.pid}")
 
