@@ -23,7 +23,7 @@ NODE_ID = 4711  # none of this machine's lab brokers
 
 
 def container(tmp_path: Path, host_dir: Path, link: bool = False, jmx: str = "",
-              namespaces: tuple[str, ...] = ("--mount",)) -> subprocess.Popen[bytes]:
+              namespaces: tuple[str, ...] = ("--mount",), libs: Path | None = None) -> subprocess.Popen[bytes]:
     """A root broker look-alike in its own mount namespace: /opt/kafka (a tmpfs only it sees: config and libs) and
     its log dir /var/lib/kafka/data (there at tmp_path/data), a bind of host_dir."""
     opt, data = tmp_path / "opt", tmp_path / "data"
@@ -34,6 +34,8 @@ def container(tmp_path: Path, host_dir: Path, link: bool = False, jmx: str = "",
              f"> {opt}/config/server.properties")
     if link:  # a link in its root: this host would resolve it against its own files
         setup += f" && ln -s /usr/share/java {opt}/libs/linked"
+    if libs:  # its jars a bind of a host directory, as a container's volume is
+        setup += f" && mount --bind {libs} {opt}/libs"
     script = (f"mount --make-rprivate / && mount -t tmpfs -o mode=755 kdiag-test {opt} && {setup} && "
               f"mount --bind {host_dir} {data} && "
               f"exec -a java /bin/sh -c 'sleep 600; :' {jmx} -cp '{opt}/libs/*:{opt}/libs/linked' kafka.Kafka "
@@ -74,6 +76,20 @@ def test_a_namespaced_brokers_config_jars_and_log_dirs_are_read_from_its_root(tm
     else:
         assert config.kafka.jmx_classpath == (f"/proc/{proc.pid}/root{tmp_path}/opt/libs/*:"
                                               f"/proc/{proc.pid}/root{tmp_path}/opt/libs/linked")
+
+
+def test_a_namespaced_brokers_jars_the_host_mounts_are_given_as_the_host_dir(tmp_path):
+    host_dir, libs = Path("/dev/shm") / f"kdiag-test-{os.getpid()}", tmp_path / "host-libs"
+    host_dir.mkdir()
+    libs.mkdir()
+    (libs / "kafka.jar").write_text("jar")
+    proc = container(tmp_path, host_dir, libs=libs)
+    try:
+        config = discover(load_config(overrides={"kafka.local_broker_id": NODE_ID}), Root())
+    finally:
+        stop(proc)
+        host_dir.rmdir()
+    assert config.kafka.jmx_classpath == f"{libs}/*:{libs}/linked"  # a JVM loads no jar through /proc/PID/root
 
 
 JMX_OPTS = ("-Dcom.sun.management.jmxremote.port=31999 -Dcom.sun.management.jmxremote.host=127.0.0.1 "
