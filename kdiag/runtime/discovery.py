@@ -25,7 +25,7 @@ from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
 from kdiag.core.brokertrust import BrokerTrust
-from kdiag.core.mountinfo import host_paths
+from kdiag.core.mountinfo import host_paths, place
 from kdiag.core.trust import why_untrusted_classpath
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class Broker:
     listeners: list[Listener] = field(default_factory=list)  # client listeners (controller listeners left out)
     ports: set[int] = field(default_factory=set)  # every port it listens on, controller ports included
     log_dirs: list[str] = field(default_factory=list)
-    jmx: str = ""  # host:port
+    jmx: str = ""  # host:port, "@netns:PID" after it when the process has a network namespace of its own
     jmx_auth: bool = False  # the JMX port wants a password
     jmx_ssl: bool = False  # the JMX port speaks TLS
     classpath: str = ""
@@ -178,17 +178,39 @@ def find_brokers(root: Root, trust: BrokerTrust | None = None) -> list[Broker]:
             owners = frozenset({0, *process_uids(root, pid)})
         except (OSError, ValueError):
             owners = frozenset({0})
-        brokers.append(dataclasses.replace(read_broker(root, pid, argv), owners=owners, rootfs=_rootfs(root, pid)))
+        broker = read_broker(root, pid, argv)
+        if broker.jmx and _other_namespace(root, pid, "net"):  # its JMX port is on its own loopback: reached there
+            broker = dataclasses.replace(broker, jmx=f"{broker.jmx}@netns:{pid}")
+        brokers.append(dataclasses.replace(broker, owners=owners, rootfs=_rootfs(root, pid)))
     return brokers
+
+
+def _other_namespace(root: Root, pid: int, kind: str) -> bool:
+    """Whether the process's namespace of that kind (mnt, net) is known not to be kdiag's."""
+    try:
+        return root.readlink("proc", f"{pid}/ns/{kind}") != root.readlink("proc", f"self/ns/{kind}")
+    except OSError:
+        return False
 
 
 def _rootfs(root: Root, pid: int) -> str:
     """/proc/PID/root when the process's mount namespace is not kdiag's, else "" (the same, or unknown)."""
-    try:
-        same = root.readlink("proc", f"{pid}/ns/mnt") == root.readlink("proc", "self/ns/mnt")
-    except OSError:
-        return ""
-    return "" if same else f"{root.proc}/{pid}/root"
+    return f"{root.proc}/{pid}/root" if _other_namespace(root, pid, "mnt") else ""
+
+
+def _host_classpath(root: Root, broker: Broker) -> str:
+    """The broker's classpath on this host's mounts (a JVM takes no jar through /proc/PID/root) when this host mounts
+    every entry and no one else can change them here either; else its entries inside /proc/PID/root."""
+    entries = broker.classpath.split(":")
+    if not broker.rootfs:
+        return broker.classpath
+    fallback = ":".join(broker.rootfs + e for e in entries)
+    dirs = [e.removesuffix("/*") for e in entries]
+    placed = place(root, broker.pid, dirs)
+    if len(placed) != len(entries) or any(p.device for p in placed):
+        return fallback
+    mapped = ":".join(p.path + ("/*" if e.endswith("/*") else "") for p, e in zip(placed, entries, strict=True))
+    return fallback if why_untrusted_classpath(mapped, broker.owners) else mapped
 
 
 def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
@@ -286,7 +308,7 @@ def discover(config: Config, root: Root) -> Config:
             log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
                         "Kafka's libs/*", broker.pid, untrusted)
         else:
-            classpath = ":".join(base + e for e in broker.classpath.split(":"))
+            classpath = _host_classpath(root, broker)
             found["kafka.jmx_classpath"] = (classpath, _classpath_summary(classpath),
                                             f"-cp of pid {broker.pid}")
 

@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.integration,
 NODE_ID = 4711  # none of this machine's lab brokers
 
 
-def container(tmp_path: Path, host_dir: Path, link: bool = False) -> subprocess.Popen[bytes]:
+def container(tmp_path: Path, host_dir: Path, link: bool = False, jmx: str = "",
+              namespaces: tuple[str, ...] = ("--mount",), libs: Path | None = None) -> subprocess.Popen[bytes]:
     """A root broker look-alike in its own mount namespace: /opt/kafka (a tmpfs only it sees: config and libs) and
     its log dir /var/lib/kafka/data (there at tmp_path/data), a bind of host_dir."""
     opt, data = tmp_path / "opt", tmp_path / "data"
@@ -33,11 +34,13 @@ def container(tmp_path: Path, host_dir: Path, link: bool = False) -> subprocess.
              f"> {opt}/config/server.properties")
     if link:  # a link in its root: this host would resolve it against its own files
         setup += f" && ln -s /usr/share/java {opt}/libs/linked"
+    if libs:  # its jars a bind of a host directory, as a container's volume is
+        setup += f" && mount --bind {libs} {opt}/libs"
     script = (f"mount --make-rprivate / && mount -t tmpfs -o mode=755 kdiag-test {opt} && {setup} && "
               f"mount --bind {host_dir} {data} && "
-              f"exec -a java /bin/sh -c 'sleep 600; :' -cp '{opt}/libs/*:{opt}/libs/linked' kafka.Kafka "
+              f"exec -a java /bin/sh -c 'sleep 600; :' {jmx} -cp '{opt}/libs/*:{opt}/libs/linked' kafka.Kafka "
               f"{opt}/config/server.properties")
-    proc = subprocess.Popen(["unshare", "--mount", "--", "/bin/bash", "-c", script])
+    proc = subprocess.Popen(["unshare", *namespaces, "--", "/bin/bash", "-c", script])
     wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"java\0"), 30, "the broker")
     return proc
 
@@ -73,6 +76,37 @@ def test_a_namespaced_brokers_config_jars_and_log_dirs_are_read_from_its_root(tm
     else:
         assert config.kafka.jmx_classpath == (f"/proc/{proc.pid}/root{tmp_path}/opt/libs/*:"
                                               f"/proc/{proc.pid}/root{tmp_path}/opt/libs/linked")
+
+
+def test_a_namespaced_brokers_jars_the_host_mounts_are_given_as_the_host_dir(tmp_path):
+    host_dir, libs = Path("/dev/shm") / f"kdiag-test-{os.getpid()}", tmp_path / "host-libs"
+    host_dir.mkdir()
+    libs.mkdir()
+    (libs / "kafka.jar").write_text("jar")
+    proc = container(tmp_path, host_dir, libs=libs)
+    try:
+        config = discover(load_config(overrides={"kafka.local_broker_id": NODE_ID}), Root())
+    finally:
+        stop(proc)
+        host_dir.rmdir()
+    assert config.kafka.jmx_classpath == f"{libs}/*:{libs}/linked"  # a JVM loads no jar through /proc/PID/root
+
+
+JMX_OPTS = ("-Dcom.sun.management.jmxremote.port=31999 -Dcom.sun.management.jmxremote.host=127.0.0.1 "
+            "-Dcom.sun.management.jmxremote.authenticate=false -Dcom.sun.management.jmxremote.ssl=false")
+
+
+@pytest.mark.parametrize("net", [False, True])
+def test_a_brokers_jmx_port_in_its_own_network_namespace_is_reached_there(tmp_path, caplog, net):
+    host_dir = Path("/dev/shm") / f"kdiag-test-{os.getpid()}"
+    host_dir.mkdir()
+    proc = container(tmp_path, host_dir, jmx=JMX_OPTS, namespaces=("--mount", "--net") if net else ("--mount",))
+    try:
+        config = discover(load_config(overrides={"kafka.local_broker_id": NODE_ID}), Root())
+    finally:
+        stop(proc)
+        host_dir.rmdir()
+    assert config.kafka.jmx == ["127.0.0.1:31999" + (f"@netns:{proc.pid}" if net else "")]
 
 
 def test_an_image_configured_by_its_environment_gives_its_settings_and_never_its_secrets(tmp_path, caplog):

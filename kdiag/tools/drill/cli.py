@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaException
 
 from kdiag.kafka.jars import lab_dir
-from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab import lab
 from kdiag.tools.lab.jars import LabError
 from kdiag.tools.drill.faults import Target
@@ -39,7 +38,7 @@ def lab_target() -> Target:
     dirs = [str(Path(info["dir"]) / f"node-{n}" / "data") for n in range(1, info["brokers"] + 1)]
     containers = "containers" in info
     return Target(info["bootstrap"], info["brokers"], list(info["jmx"].values()), Path(info["dir"]), dirs,
-                  broker_user=str(lab_containers.UID) if containers else "", containers=containers)
+                  containers=containers)  # trusted without kafka.broker_user: root started the containers
 
 
 def remote_target(bootstrap: str, jmx: list[str]) -> Target:

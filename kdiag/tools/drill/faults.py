@@ -57,7 +57,7 @@ class Target:
     lab_dir: Path | None = None
     log_dirs: list[str] = field(default_factory=list)
     probe: ProbeService | None = None  # the synthetic probe of a drill that asks for one, while it runs
-    broker_user: str = ""  # kafka.broker_user for the brokers' processes when not root's (a --containers lab: 1001)
+    broker_user: str = ""  # kafka.broker_user for the brokers' processes when neither root runs them nor started them
     containers: bool = False  # a `kdiag lab up --containers` lab
 
     def admin(self) -> AdminClient:

@@ -5,8 +5,10 @@ inside its namespace only, a cgroup with CPU and memory limits."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -45,6 +47,9 @@ set --
 while IFS= read -r arg; do set -- "$@" "$arg"; done < "$command"
 exec setpriv --reuid 1001 --regid 1001 --clear-groups --inh-caps=-all --bounding-set=-all "$@" </dev/null
 """
+# Starts "$@" in the background with its stdin on fd 3 (a background job's fd 0 is /dev/null), prints its pid and
+# exits: the container's first process is left to PID 1, as a runtime leaves it. $1 is its log.
+LAUNCH = 'log=$1; shift; exec 3<&0 </dev/null; "$@" <&3 3<&- >>"$log" 2>&1 & echo $!'
 
 
 def check_tools() -> None:
@@ -76,21 +81,40 @@ def veth(base: int, n: int) -> str:
     return f"kdl{base}n{n}"
 
 
-def cgroup_dirs(base: int, n: int) -> dict[str, Path]:
-    """Node n's cgroup per controller: {"v2": dir} where v2 holds cpu and memory, else v1's cpu and memory dirs, each
-    under this process's own cgroup in that hierarchy (a hybrid host binds both to v1)."""
-    name = f"kdiag-lab-{base}-node-{n}"
-    for unified in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
-        controllers = unified / "cgroup.controllers"
-        if controllers.exists() and {"cpu", "memory"} <= set(controllers.read_text().split()):
-            return {"v2": unified / name}
-    found: dict[str, Path] = {}
+def container_id(base: int, n: int) -> str:
+    """Node n's container id: 64 hex digits, as a runtime names its containers' cgroups."""
+    return hashlib.sha256(f"kdiag-lab-{base}-node-{n}".encode()).hexdigest()
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per hierarchy: {"": v2 path, "cpu": ..., "name=systemd": ...}."""
+    out = {}
     for line in Path("/proc/self/cgroup").read_text().splitlines():
         _, names, own = line.split(":", 2)
-        for c in ("cpu", "memory"):
-            if c in names.split(","):
-                found[c] = CGROUP_ROOT / c / own.lstrip("/") / name
-    if set(found) != {"cpu", "memory"}:
+        for name in names.split(",") if names else [""]:
+            out[name] = own
+    return out
+
+
+def cgroup_dirs(base: int, n: int) -> dict[str, Path]:
+    """Node n's cgroup per hierarchy, each docker/<id> under this process's own cgroup there, as Docker's cgroupfs
+    driver names a container's: {"v2": dir} where v2 holds cpu and memory, else v1's cpu and memory dirs; plus
+    "unified" (a hybrid host's v2) and "systemd" (name=systemd) where mounted, so every hierarchy names the container."""
+    name = f"docker/{container_id(base, n)}"
+    own = _own_cgroups()
+    found: dict[str, Path] = {}
+    for key, unified in (("v2", CGROUP_ROOT), ("unified", CGROUP_ROOT / "unified")):
+        if (unified / "cgroup.procs").exists():
+            found[key] = unified / own.get("", "/").lstrip("/") / name
+            controllers = unified / "cgroup.controllers"
+            if key == "v2" and {"cpu", "memory"} <= set(controllers.read_text().split()):
+                return found
+    found.pop("v2", None)
+    for key, controller, sub in (("cpu", "cpu", "cpu"), ("memory", "memory", "memory"),
+                                 ("systemd", "name=systemd", "systemd")):
+        if controller in own and (CGROUP_ROOT / sub / "cgroup.procs").exists():
+            found[key] = CGROUP_ROOT / sub / own[controller].lstrip("/") / name
+    if not {"cpu", "memory"} <= set(found):
         raise LabError("no cgroup cpu and memory controllers under /sys/fs/cgroup to limit the containers with", 2)
     return found
 
@@ -99,13 +123,13 @@ def make_cgroup(base: int, n: int, memory: int, cpus: float, period_us: int = 10
     """Node n's cgroup(s) with its memory and CPU limits; the directories a process must join."""
     dirs = cgroup_dirs(base, n)
     for d in dirs.values():
-        d.mkdir(exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
     if "v2" in dirs:
-        parent = dirs["v2"].parent
-        enabled = (parent / "cgroup.subtree_control").read_text().split()
-        for c in ("cpu", "memory"):
-            if c not in enabled:
-                (parent / "cgroup.subtree_control").write_text(f"+{c}")
+        for parent in (dirs["v2"].parent.parent, dirs["v2"].parent):  # the docker dir's and its own
+            enabled = (parent / "cgroup.subtree_control").read_text().split()
+            for c in ("cpu", "memory"):
+                if c not in enabled:
+                    (parent / "cgroup.subtree_control").write_text(f"+{c}")
         (dirs["v2"] / "cpu.max").write_text(f"{int(cpus * period_us)} {period_us}")
     else:
         (dirs["cpu"] / "cpu.cfs_period_us").write_text(str(period_us))
@@ -142,6 +166,8 @@ def remove_cgroups(base: int, n: int, timeout: float = 10) -> None:
                 if time.monotonic() > deadline:
                     raise LabError(f"cgroup {d} still busy after {timeout:.0f}s") from None
                 time.sleep(0.2)
+        with contextlib.suppress(OSError):  # the docker dir, once no container of any lab is left in it
+            d.parent.rmdir()
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -268,23 +294,34 @@ def start(d: Path, n: int, base: int, command: list[str], cgroups: list[Path], a
     fd = os.open(node_dir / "command", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write("".join(arg + "\n" for arg in command))
+    # Daemonized as a runtime's container is: a new session whose first process exits, so PID 1 is its parent.
     with open(node_dir / "stdout.log", "ab") as out:
-        proc = subprocess.Popen(["sh", "-c", join + 'exec "$@"', "join", *unshare], stdin=subprocess.PIPE,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+        launcher = subprocess.Popen(["sh", "-c", LAUNCH, "launch", str(node_dir / "stdout.log"), "sh", "-c",
+                                     join + 'exec "$@"', "join", *unshare], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=out, start_new_session=True, cwd="/")
+    assert launcher.stdin is not None and launcher.stdout is not None  # started with PIPEs
+    pid = 0
     try:
-        child = _child(proc.pid)
+        pid = int(launcher.stdout.readline() or 0)
+        launcher.stdout.close()
+        launcher.wait(timeout=10)
+        if not pid:
+            raise LabError(f"node {n}'s container did not start: see {node_dir / 'stdout.log'}")
+        child = _child(pid)
         # Container root is host root (no remapping, as under Docker by default); 1001 is 1001 on both sides.
         for name in ("uid_map", "gid_map"):
-            Path(f"/proc/{proc.pid}/{name}").write_text(f"0 0 1\n{UID} {UID} 1\n")
+            Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n{UID} {UID} 1\n")
         _ip("link", "del", veth(base, n), check=False)
         _ip("link", "add", veth(base, n), "type", "veth", "peer", "name", "eth0", "netns", str(child))
         _ip("link", "set", veth(base, n), "master", bridge(base), "up")
-        assert proc.stdin is not None  # started with stdin=PIPE
-        proc.stdin.write(b"go\n")
-        proc.stdin.close()
-    except (LabError, OSError):
-        proc.kill()
-        proc.wait()
+        launcher.stdin.write(b"go\n")
+        launcher.stdin.close()
+    except (LabError, OSError, ValueError, subprocess.TimeoutExpired):
+        launcher.kill()
+        launcher.wait()
+        if pid:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         raise
     (node_dir / "pid").write_text(f"{child}\n")
     return child

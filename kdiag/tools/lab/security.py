@@ -24,7 +24,6 @@ from pathlib import Path
 import yaml
 
 from kdiag.core.redact import mask_values
-from kdiag.tools.lab import containers as lab_containers
 from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LabError, need
 
@@ -249,9 +248,9 @@ def kdiag_config(d: Path, info: LabInfo) -> dict[str, dict[str, object]]:
         "bootstrap_servers": info["bootstrap"],
         "jmx": [info["jmx"][n] for n in sorted(info["jmx"], key=int)],
         "jmx_classpath": str(d / "libs" / "*"),
-        # The lab's brokers run as whoever started them, a container's as its own uid.
-        "broker_user": str(lab_containers.UID) if "containers" in info else pwd.getpwuid(os.geteuid()).pw_name,
     }
+    if "containers" not in info:  # a container's broker is trusted as root's runtime started it, whatever its uid
+        kafka["broker_user"] = pwd.getpwuid(os.geteuid()).pw_name  # the lab's brokers run as whoever started them
     if mode != "none":
         s = secrets_dir(d)
         kafka.update({"client": _client(d, mode), "jmx_username": USER, "jmx_password_file": str(s / "jmx.password")})

@@ -5,10 +5,15 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from tests.promstack import free_port
+from tests.waiting import wait_until
 
 from kdiag.collectors.kafka.jmx import KafkaJmxCollector, samples_from_jmx_state
 from kdiag.tools.lab import containers, lab
@@ -162,3 +167,55 @@ def test_only_the_broker_carries_its_command_line_not_roots_unshare(container_la
     assert b"kafka.Kafka" in Path(f"/proc/{pid}/cmdline").read_bytes()
     command = Path(container_lab["dir"]) / "node-1" / "command"
     assert command.stat().st_uid == 0 and command.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.kafka
+def test_its_parent_is_pid_1_and_its_cgroup_a_containers_in_every_hierarchy(container_lab: LabInfo) -> None:
+    pid = container_lab["pids"]["1"]
+    unshare = re.search(r"\nPPid:\t(\d+)\n", Path(f"/proc/{pid}/status").read_text())
+    assert unshare and re.search(r"\nPPid:\t1\n", Path(f"/proc/{unshare[1]}/status").read_text())
+    wanted = f"/docker/{containers.container_id(BASE, 1)}"
+    lines = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    named = {names: path for _, names, path in lines if path.endswith(wanted)}
+    assert {"cpu", "memory"} <= {c for names in named for c in names.split(",")}, lines
+    assert all(path.endswith(wanted) or path == "/" for _, names, path in lines if names in ("", "name=systemd"))
+
+
+def _host_disk(path: Path) -> str:
+    """The /sys/block disk holding path (a partition's disk)."""
+    st = path.stat()
+    dev = Path(os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}"))
+    return dev.parent.name if (dev / "partition").exists() else dev.name
+
+
+@pytest.mark.kafka
+def test_kdiag_run_given_only_the_bootstrap_finds_trusts_maps_and_reads_the_broker(container_lab: LabInfo,
+                                                                                    tmp_path: Path) -> None:
+    pid, data = container_lab["pids"]["1"], Path(container_lab["dir"]) / "node-1" / "data"
+    config = tmp_path / "kdiag.yaml"  # other labs run on this machine: the bootstrap says which broker is ours
+    config.write_text(yaml.safe_dump({"kafka": {"bootstrap_servers": container_lab["bootstrap"], "jmx_interval": "2s"},
+                                      "probe": {"enabled": False}, "state_dir": ""}))
+    port, log = free_port(), tmp_path / "kdiag.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(config), "--listen",
+                                 f"127.0.0.1:{port}"], stdout=out, stderr=subprocess.STDOUT)
+
+    def lines(prefix: str) -> list[str]:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return [line for line in body.splitlines() if line.startswith(prefix)]
+
+    try:
+        wait_until(lambda: 'kdiag_collector_success{collector="kafka_jmx"} 1.0' in lines("kdiag_collector_success{"),
+                   180, "kafka_jmx read from the discovered container broker", [log])
+        started = [s for s in lines("kdiag_process_broker_started_by{") if f'pid="{pid}"' in s]
+        refused = [s for s in lines("kdiag_process_broker_refused{") if f'pid="{pid}"' in s]
+        log_dirs = [s for s in lines("kdiag_kafka_log_dir_info{") if f'path="{data}"' in s]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert len(started) == 1 and f'container="{containers.container_id(BASE, 1)}"' in started[0], started
+    assert "PID 1 started it, in container" in started[0] and refused == []
+    assert len(log_dirs) == 1 and f'device="{_host_disk(data)}"' in log_dirs[0], log_dirs
+    text = log.read_text()
+    assert f"broker discovery: kafka.jmx = 127.0.0.1:{container_lab['nodes']['1']['jmx_port']}@netns:{pid}" in text
+    assert f"broker discovery: processes.log_dirs = {data} (log.dirs in " in text
