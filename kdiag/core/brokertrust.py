@@ -64,9 +64,14 @@ def parse_cgroup(text: str) -> str:
 
 
 def workload(path: str) -> Workload:
-    """The service or container a cgroup path belongs to; Workload("") for a user's session, the root or anything else."""
+    """The service or container a cgroup path belongs to; Workload("") for a user's session, the root or anything else.
+
+    A kdiag in a cgroup namespace of its own (a Kubernetes pod) sees other cgroups as /../../<below the common
+    ancestor>: the leading ".." are dropped, and what is left still shows a user's session wherever it is."""
     parts = [p for p in path.split("/") if p]
-    if not parts or parts[0] == "user.slice" or ".." in parts:
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    if not parts or "user.slice" in parts or ".." in parts:
         return Workload("")
     pod = next((m[1].replace("_", "-") for p in parts if (m := _POD.fullmatch(p))), "")
     for i, part in enumerate(parts):

@@ -47,7 +47,13 @@ THIS_HOST = ("9:name=systemd:/\n8:pids:/\n7:blkio:/\n6:freezer:/\n5:devices:/\n"
     ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/kafka.service\n", Workload("")),
     (f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CONTAINER}.scope\n", Workload("")),
     ("0::/\n", Workload("")),
-    ("0::/../../system.slice/kafka.service\n", Workload("")),  # outside kdiag's cgroup namespace: not judged
+    # seen from a kdiag in a pod's own cgroup namespace: the path below the common ancestor
+    (f"0::/../../kubepods-burstable-pod{POD.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n",
+     Workload("container", CONTAINER, POD)),
+    ("0::/../../../system.slice/kafka.service\n", Workload("service", "kafka.service")),
+    ("0::/../../../user.slice/user-1000.slice/user@1000.service/app.slice/kafka.service\n", Workload("")),
+    (f"0::/../../user.slice/user-1000.slice/user@1000.service/libpod-{CONTAINER}.scope\n", Workload("")),
+    ("0::/system.slice/../user.slice/kafka.service\n", Workload("")),
 ])
 def test_a_cgroup_path_says_what_started_the_process(text, expected):
     assert workload(parse_cgroup(text)) == expected
