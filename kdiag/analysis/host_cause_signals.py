@@ -22,7 +22,10 @@ PROC_SCHEMA = {
     "cgroup": "the cgroup (quota set there) that throttles the process most",
 }
 DISK_SCHEMA = {
-    "io_errors_recent": f"I/O errors the disk (SCSI ioerr_cnt) or its md member reported in the last {ERRORS_SECONDS:.0f} s",
+    "io_errors_recent": f"I/O errors the kernel log reported on the disk, or its md member counted, in the last "
+                        f"{ERRORS_SECONDS:.0f} s",
+    "ioerr_cnt_recent": f"rise of the disk's SCSI ioerr_cnt in the last {ERRORS_SECONDS:.0f} s: corroboration only, "
+                        "smartctl's pass-through commands raise it on a healthy disk",
     "journal": "the ext4 journal (jbd2, DEV-INODE) of a filesystem holding Kafka log dirs on this disk",
     "journal_commit_seconds": "that journal's running average time to commit one transaction",
     "journal_commits_per_second": "transactions that journal commits per second",
@@ -71,10 +74,12 @@ def proc_wait_signals(history: History, window: float) -> dict[str, Signals]:
 def disk_cause_signals(history: History, window: float) -> dict[str, Signals]:
     """{disk: recent I/O errors, and the journal of a log filesystem on it} for the disk subject."""
     out: dict[str, Signals] = {}
-    for name, disk_label in (("kdiag_disk_io_errors_total", "device"), ("kdiag_md_member_errors_total", "disk")):
+    for name, disk_label, signal in (("kdiag_kernel_disk_errors_total", "device", "io_errors_recent"),
+                                     ("kdiag_md_member_errors_total", "disk", "io_errors_recent"),
+                                     ("kdiag_disk_io_errors_total", "device", "ioerr_cnt_recent")):
         for labels, points, _ in history.series(name):
             signals = out.setdefault(labels.get(disk_label, ""), {})
-            signals["io_errors_recent"] = float(signals.get("io_errors_recent", 0.0)) + increase_over(points, ERRORS_SECONDS)
+            signals[signal] = float(signals.get(signal, 0.0)) + increase_over(points, ERRORS_SECONDS)
     log_disks: dict[str, set[str]] = {}  # mountpoint -> the disks its log dirs sit on
     for disk, mountpoint in latest_by(history, "kdiag_kafka_log_dir_info", "device", "mountpoint"):
         log_disks.setdefault(mountpoint, set()).add(disk)

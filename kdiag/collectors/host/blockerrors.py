@@ -1,5 +1,6 @@
-"""I/O errors the kernel counts per disk in sysfs: a SCSI/SATA disk's device/ioerr_cnt and each md RAID member's
-md/dev-X/errors (Documentation/admin-guide/md.rst). NVMe and virtio disks count none there (nvme smart-log does).
+"""I/O errors of each disk: those the kernel log reports (/dev/kmsg), each md RAID member's md/dev-X/errors
+(Documentation/admin-guide/md.rst), and a SCSI/SATA disk's device/ioerr_cnt, which also counts commands that succeeded
+with a sense (smartctl's ATA pass-through): corroboration only. NVMe's media_errors is in its SMART log, not in sysfs.
 """
 
 from __future__ import annotations
@@ -10,12 +11,16 @@ from kdiag.collectors import Collector
 from kdiag.collectors.registry import registered
 from kdiag.collectors.host._util import SKIPPED_HELP, reason, skipped_samples
 from kdiag.core.blockdev import whole_disk
+from kdiag.core.kernel_disk_errors import error_devices
 from kdiag.core.procfs import is_virtual_block, malformed, read_source
 from kdiag.core.root import Root
 from kdiag.core.sample import COUNTER, Sample, sample
 
 HELP = {
-    "kdiag_disk_io_errors_total": "Commands to a SCSI/SATA disk that completed with an error (device/ioerr_cnt).",
+    "kdiag_disk_io_errors_total": "Commands to a SCSI/SATA disk that completed with a non-zero result (device/ioerr_cnt), "
+                                  "including ATA pass-through commands that succeeded, as smartctl's do.",
+    "kdiag_kernel_disk_errors_total": "I/O errors the kernel log reported on the disk since kdiag started (block layer "
+                                      "errors, SCSI medium or hardware errors, NVMe status errors and timeouts).",
     "kdiag_md_member_errors_total": "Read errors on an md RAID member that were corrected or ignored without failing it "
                                     "(md/dev-X/errors); disk is the member's whole disk.",
     **SKIPPED_HELP,
@@ -37,13 +42,23 @@ class BlockErrorsCollector(Collector):
     name = "blockerrors"
     help = HELP
 
+    def __init__(self) -> None:
+        self.kernel_errors: Counter[str] = Counter()
+
     def collect(self, root: Root) -> list[Sample]:
-        """A counter per disk with ioerr_cnt and per md member; an unreadable one is left out and counted."""
+        """A counter per disk of kernel-logged errors and of ioerr_cnt, and per md member; an unreadable one is left
+        out and counted."""
         samples: list[Sample] = []
         skipped: Counter[str] = Counter()
-        for device in root.listdir("sys", "block"):
-            if is_virtual_block(device):
-                continue
+        disks = [d for d in root.listdir("sys", "block") if not is_virtual_block(d)]
+        try:
+            for record in root.kernel_log():
+                self.kernel_errors.update(error_devices(record, disks))
+            # Every disk from the start: the first error is then an increase, not a new series.
+            samples += [sample("kdiag_kernel_disk_errors_total", self.kernel_errors[d], COUNTER, device=d) for d in disks]
+        except OSError as e:
+            skipped[reason(e)] += 1
+        for device in disks:
             try:
                 if root.exists("sys", f"block/{device}/device/ioerr_cnt"):
                     count = parse_count(*read_source(root, "sys", f"block/{device}/device/ioerr_cnt"), base=16)
