@@ -15,7 +15,8 @@ from kdiag.families.process import (
     PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL,
 )
 from kdiag.families.storage import (
-    DISK_IO_ERRORS_TOTAL, FILESYSTEM_INFO, JBD2_COMMIT_SECONDS, JBD2_TRANSACTIONS_TOTAL, MD_MEMBER_ERRORS_TOTAL,
+    DISK_IO_ERRORS_TOTAL, FILESYSTEM_INFO, JBD2_COMMIT_SECONDS, JBD2_TRANSACTIONS_TOTAL, KERNEL_DISK_ERRORS_TOTAL,
+    MD_MEMBER_ERRORS_TOTAL,
 )
 from kdiag.families.host import PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS
 from kdiag.families.process import (
@@ -49,7 +50,10 @@ PROC_SCHEMA = {
     "memory_oom_where": "that cgroup as its path names it: a Kubernetes pod UID and container id, else the cgroup path",
 }
 DISK_SCHEMA = {
-    "io_errors_recent": f"I/O errors the disk (SCSI ioerr_cnt) or its md member reported in the last {ERRORS_SECONDS:.0f} s",
+    "io_errors_recent": f"I/O errors the kernel log reported on the disk, or its md member counted, in the last "
+                        f"{ERRORS_SECONDS:.0f} s",
+    "ioerr_cnt_recent": f"rise of the disk's SCSI ioerr_cnt in the last {ERRORS_SECONDS:.0f} s: corroboration only, "
+                        "smartctl's pass-through commands raise it on a healthy disk",
     "journal": "the ext4 journal (jbd2, DEV-INODE) of a filesystem holding Kafka log dirs on this disk",
     "journal_commit_seconds": "that journal's running average time to commit one transaction",
     "journal_commits_per_second": "transactions that journal commits per second",
@@ -114,10 +118,12 @@ def proc_wait_signals(history: History, window: float) -> dict[str, Signals]:
 def disk_cause_signals(history: History, window: float) -> dict[str, Signals]:
     """{disk: recent I/O errors, and the journal of a log filesystem on it} for the disk subject."""
     out: dict[str, Signals] = {}
-    for name, disk_label in ((DISK_IO_ERRORS_TOTAL, "device"), (MD_MEMBER_ERRORS_TOTAL, "disk")):
-        for labels, points, _ in history.series(name.name):
+    for family, disk_label, signal in ((KERNEL_DISK_ERRORS_TOTAL, "device", "io_errors_recent"),
+                                       (MD_MEMBER_ERRORS_TOTAL, "disk", "io_errors_recent"),
+                                       (DISK_IO_ERRORS_TOTAL, "device", "ioerr_cnt_recent")):
+        for labels, points, _ in history.series(family.name):
             signals = out.setdefault(labels.get(disk_label, ""), {})
-            signals["io_errors_recent"] = float(signals.get("io_errors_recent", 0.0)) + increase_over(points, ERRORS_SECONDS)
+            signals[signal] = float(signals.get(signal, 0.0)) + increase_over(points, ERRORS_SECONDS)
     log_disks: dict[str, set[str]] = {}  # mountpoint -> the disks its log dirs sit on
     for disk, mountpoint in latest_by(history, KAFKA_LOG_DIR_INFO, "device", "mountpoint"):
         log_disks.setdefault(mountpoint, set()).add(disk)

@@ -13,10 +13,12 @@ from typing import Any, TypeVar, cast
 
 from kdiag.core.archive import (KAFKA_STATE_VERSION, MAX_EPOCH, MAX_JSON_BYTES, StateError, is_number, read_recorded,
                                 resolve_inside)
+from kdiag.core.kmsg import KernelLog
 from kdiag.core.quote import quote
 from kdiag.core.redact import redact_cmdline_file
 
 READ_CHUNK = 65536
+KMSG_FILE = "kmsg"  # a snapshot's kernel log records: those read while it was taken, one a line
 State = TypeVar("State")
 # How a recorded state reads back as its type: (the JSON value, kafka.json's version) -> the state; StateError when the
 # value is not of the type.
@@ -26,10 +28,13 @@ StateReader = Callable[[object, int], State]
 class Root:
     """The live host: files under procfs and sysfs roots, the wall clock, Kafka fetched on demand."""
 
-    def __init__(self, proc: str | Path = "/proc", sys: str | Path = "/sys", clock: Callable[[], float] = time.time):
+    def __init__(self, proc: str | Path = "/proc", sys: str | Path = "/sys", clock: Callable[[], float] = time.time,
+                 kmsg: str = "/dev/kmsg"):
         self.proc = Path(proc)
         self.sys = Path(sys)
         self._clock = clock
+        self._kmsg_path = kmsg
+        self._kmsg: KernelLog | None = None
 
     def now(self) -> float:
         """Seconds since the epoch at which this root's facts hold."""
@@ -50,6 +55,12 @@ class Root:
         finally:
             os.close(fd)
         return b"".join(chunks).decode("utf-8", errors="replace")
+
+    def kernel_log(self) -> list[str]:
+        """Kernel log records (/dev/kmsg) since the last call on this root; raises OSError when unreadable."""
+        if self._kmsg is None:
+            self._kmsg = KernelLog(self._kmsg_path)
+        return self._kmsg.new_lines()
 
     def read_proc(self, rel: str) -> str:
         """Text of a file under the procfs root."""
@@ -123,6 +134,12 @@ class SnapshotRoot(Root):
     def count_fds(self, pid: int) -> int:
         return len(self.listdir("proc", f"{pid}/fd"))
 
+    def kernel_log(self) -> list[str]:
+        try:
+            return read_recorded(str(self.directory / KMSG_FILE)).decode("utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return []  # recorded before kdiag read the kernel log, or nothing read it
+
     def readlink(self, tree: str, rel: str) -> str:
         return os.readlink(self._inside(tree, rel, follow_last=False))
 
@@ -193,6 +210,7 @@ class TeeRoot(Root):
 
     def __init__(self, live: Root, directory: str | Path):
         super().__init__(live.proc, live.sys, clock=live.now)
+        self.live = live
         self.directory = Path(directory)
         self.kafka_state: dict[str, Any] = {}
 
@@ -251,6 +269,11 @@ class TeeRoot(Root):
                 if not os.path.lexists(copy / name):
                     os.symlink(UNRECORDED_LINK, copy / name)
         return names
+
+    def kernel_log(self) -> list[str]:
+        lines = self.live.kernel_log()  # the live root's reader: its place in the log outlives this snapshot
+        (self.directory / KMSG_FILE).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        return lines
 
     def count_fds(self, pid: int) -> int:
         return len(self.listdir("proc", f"{pid}/fd"))  # the recording keeps the listing: a replay counts it

@@ -29,8 +29,12 @@ BLOCK_SCHEDULER_INFO = gauge(
 
 # blockerrors
 DISK_IO_ERRORS_TOTAL = counter(
-    "kdiag_disk_io_errors_total", "Commands to a SCSI/SATA disk that completed with an error (device/ioerr_cnt).", "device"
+    "kdiag_disk_io_errors_total", "Commands to a SCSI/SATA disk that completed with a non-zero result (device/ioerr_cnt), "
+    "including ATA pass-through commands that succeeded, as smartctl's do.", "device"
 )
+KERNEL_DISK_ERRORS_TOTAL = counter(
+    "kdiag_kernel_disk_errors_total", "I/O errors the kernel log reported on the disk since kdiag started (block layer "
+    "errors, SCSI medium or hardware errors, NVMe status errors and timeouts).", "device")
 MD_MEMBER_ERRORS_TOTAL = counter(
     "kdiag_md_member_errors_total",
     "Read errors on an md RAID member that were corrected or ignored without failing it (md/dev-X/errors); disk"

@@ -83,11 +83,19 @@ def journal(commit_seconds: float, commits_per_second: float) -> Extra:
     return extra
 
 
-def disk_errors(per_second: float, since_boot: int = 0) -> Extra:
-    """sdb (the log disk) counting failed commands in its SCSI ioerr_cnt."""
+def smartctl_polled(since_boot: int = 0, every: float = 15.0) -> Extra:
+    """Both disks' SCSI ioerr_cnt stepping together each time smartctl polls (60 s live; 15 s fits this recording)."""
     def extra(snap: Path, t: float) -> None:
-        write(snap / "sys/block/sdb/device/ioerr_cnt", f"{since_boot + int(per_second * t):#x}\n")
-        write(snap / "sys/block/sda/device/ioerr_cnt", "0x0\n")
+        for disk in ("sda", "sdb"):
+            write(snap / f"sys/block/{disk}/device/ioerr_cnt", f"{since_boot + int(t // every):#x}\n")
+    return extra
+
+
+def kernel_logged(at: float, name: str) -> Extra:
+    """The kernel log records of tests/fixtures/kmsg/<name>, read in the snapshot taken at `at` seconds."""
+    def extra(snap: Path, t: float) -> None:
+        if t == at:
+            write(snap / "kmsg", (FIXTURES / "kmsg" / name).read_text())
     return extra
 
 
@@ -115,7 +123,8 @@ FIRING: dict[str, tuple[Host, tuple[Extra, ...], list[tuple[str, str]]]] = {
                                [("broker_cpu_throttled", f"pid {BROKER} java")]),
     "threads-in-d-state": (healthy(), (threads(0.1, 2),), [("broker_threads_waiting", f"pid {BROKER} java")]),
     "journal-slow": (healthy(), (journal(0.9, 0.2),), [("log_journal_busy", "sdb")]),
-    "disk-errors": (healthy(), (disk_errors(0.4),), [("log_disk_errors", "sdb")]),
+    "disk-errors": (healthy(), (smartctl_polled(), kernel_logged(20.0, "sdb-medium-error.txt")),
+                    [("log_disk_errors", "sdb")]),
     # Issue 21 item 5: an affinity script put every queue of eth0 on cpu5.
     "nic-irq-cpu5": (healthy(cpu_busy=0.05, nic_irq_cpus=(5,), softirq_by_cpu={5: 0.9}),
                      (), [("nic_irq_single_core", "eth0"), ("softirq_core_saturated", "cpu5")]),
@@ -125,7 +134,10 @@ QUIET: dict[str, tuple[Host, tuple[Extra, ...]]] = {
     "cpu-quota-unused": (healthy(), (quota(8.0, 0.0, 0.0),)),
     "threads-busy-not-waiting": (healthy(), (threads(0.3, 0),)),
     "journal-fast": (healthy(), (journal(0.02, 0.2),)),
-    "disk-old-errors": (healthy(), (disk_errors(0.0, since_boot=12),)),
+    "disk-old-errors": (healthy(), (smartctl_polled(since_boot=12, every=1e9),)),
+    # Issue 35 item 1: healthy disks polled by smartctl every 60 s, their ioerr_cnt rising, the kernel logging nothing
+    # but the pass-through's recovered senses.
+    "disk-smartctl-polled": (healthy(), (smartctl_polled(), kernel_logged(20.0, "not-disk-errors.txt"))),
 }
 
 

@@ -1,5 +1,11 @@
+import shutil
+from pathlib import Path
+
 import pytest
 from tests.collectors.golden import fixture_root
+from tests.paths import FIXTURES
+
+from kdiag.core.root import Root
 
 from kdiag.collectors.host.blockerrors import BlockErrorsCollector, parse_count
 
@@ -9,7 +15,7 @@ def test_scsi_error_counts_in_hex_and_md_members_by_disk():
     assert got[("kdiag_disk_io_errors_total", (("device", "sdb"),))] == 26
     assert got[("kdiag_disk_io_errors_total", (("device", "sda"),))] == 0
     assert got[("kdiag_md_member_errors_total", (("device", "md0"), ("disk", "sdc"), ("member", "sdc1")))] == 3
-    assert not any(dict(labels).get("device") == "vda" for _, labels in got)  # virtio counts nothing
+    assert ("kdiag_disk_io_errors_total", (("device", "vda"),)) not in got  # virtio counts nothing there
 
 
 def test_parse_count():
@@ -21,3 +27,19 @@ def test_parse_count():
 def test_no_sys_block_is_oserror():
     with pytest.raises(OSError):
         BlockErrorsCollector().collect(fixture_root("slow-broker-v1"))
+
+
+def test_kernel_logged_errors_count_per_disk_from_the_first_cycle(tmp_path: Path) -> None:
+    kmsg = tmp_path / "kmsg"
+    shutil.copy(FIXTURES / "kmsg/this-machine-boot.txt", kmsg)
+    fixture = fixture_root("slow-broker-v2")
+    root, collector = Root(fixture.proc, fixture.sys, kmsg=str(kmsg)), BlockErrorsCollector()
+
+    def kernel_errors() -> dict[str, float]:
+        return {dict(s.labels)["device"]: s.value for s in collector.collect(root) if s.name == "kdiag_kernel_disk_errors_total"}
+
+    assert kernel_errors() == dict.fromkeys(["md0", "sda", "sdb", "sdc", "sdd", "vda"], 0)
+    with kmsg.open("a") as f:
+        f.write((FIXTURES / "kmsg/disk-errors.txt").read_text() + (FIXTURES / "kmsg/not-disk-errors.txt").read_text())
+    assert kernel_errors() == {**dict.fromkeys(["md0", "sda", "sdc", "sdd", "vda"], 0), "sdb": 5}
+    assert kernel_errors()["sdb"] == 5  # read once
