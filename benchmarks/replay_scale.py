@@ -96,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     collectors = CollectorSet([collector])
     pipeline = Pipeline(collectors, load_rules(config), socket.gethostname(), config.history, config.signal_window)
     root = Root(config.procfs, config.sysfs)
-    help_text = collectors.help()
     per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
     series = 0
     for i in range(args.cycles):
@@ -116,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         capped_at = clock()
         state = State(pipeline.host, t, capped, dict(pipeline.collectors.health), signals, judged.current(),
                       list(judged.resolved))
-        body = render_metrics(state, help_text)
+        body = render_metrics(state)
         rendered = clock()
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
         for stage, seconds in (("state check", checked[-1]), ("collect", collected - start - fetched[-1]),
