@@ -18,15 +18,13 @@ import socket
 import sys
 import time
 
-from kdiag.analysis.subject_kinds import compute_signals
 from kdiag.app.wiring import load_rules
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.config.settings import load_config
-from kdiag.core.cardinality import cap_kafka_series
 from kdiag.core.root import Root
 from kdiag.kafka.state import AdminState, read_admin_state
-from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
-from kdiag.serve.exporter import render_metrics
+from kdiag.runtime.pipeline import CollectorSet, Pipeline
+from rules_cycle import cycle  # this script's directory is on sys.path
 
 STAGES = ("state check", "collect", "history", "signals", "rules", "cap", "render", "total")
 PER_TOPIC = 100
@@ -99,30 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
     series = 0
     for i in range(args.cycles):
-        clock = time.perf_counter
-        t = root.now()
-        start = clock()
-        samples = pipeline.collectors.run(root)
-        collected = clock()
-        pipeline.history.add(t, samples)
-        added = clock()
-        signals = compute_signals(pipeline.history, pipeline.window)
-        derived = clock()
-        judged = pipeline.engine.evaluate(pipeline.judged, t, signals)
-        pipeline.adopt(judged)
-        evaluated = clock()
-        capped, _ = cap_kafka_series(samples, kafka.max_series)
-        capped_at = clock()
-        state = State(pipeline.host, t, capped, dict(pipeline.collectors.health), signals, judged.current(),
-                      list(judged.resolved))
-        body = render_metrics(state)
-        rendered = clock()
+        times, _, body = cycle(pipeline, root, kafka.max_series)
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-        for stage, seconds in (("state check", checked[-1]), ("collect", collected - start - fetched[-1]),
-                               ("history", added - collected), ("signals", derived - added),
-                               ("rules", evaluated - derived), ("cap", capped_at - evaluated),
-                               ("render", rendered - capped_at), ("total", rendered - start - fetched[-1] + checked[-1])):
-            per_stage[stage].append(seconds)
+        # The fetch's JSON round trip is the simulation's; only its check is a replay's cost.
+        times |= {"state check": checked[-1], "collect": times.pop("collection") - fetched[-1],
+                  "total": times["total"] - fetched[-1] + checked[-1]}
+        for stage in STAGES:
+            per_stage[stage].append(times[stage])
         print(f"cycle {i + 1}/{args.cycles}: {per_stage['total'][-1]:.2f}s", file=sys.stderr, flush=True)
     print(f"simulated {cluster.topics * PER_TOPIC} partitions, {args.groups} groups, {args.cycles} cycles; "
           f"{series} lines in /metrics; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB\n")

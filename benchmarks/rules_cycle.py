@@ -12,6 +12,7 @@ from kdiag.config.settings import load_config
 from kdiag.app.wiring import host_collectors, load_rules
 from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
+from kdiag.core.cardinality import cap_kafka_series
 from kdiag.core.root import Root
 from kdiag.analysis.subject_kinds import compute_signals
 
@@ -24,8 +25,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def cycle(pipeline: Pipeline, root: Root) -> tuple[dict[str, float], int]:
-    """One Pipeline.step plus the exporter's render, stage by stage: (seconds per stage, rule evaluations)."""
+def cycle(pipeline: Pipeline, root: Root, max_series: int | None = None) -> tuple[dict[str, float], int, bytes]:
+    """One Pipeline.step plus the exporter's render, stage by stage: (seconds per stage, rule evaluations, the
+    exposition); with max_series, the Kafka series cap is its own stage before the render."""
     clock = time.perf_counter
     t = root.now()
     start = clock()
@@ -38,14 +40,17 @@ def cycle(pipeline: Pipeline, root: Root) -> tuple[dict[str, float], int]:
     judged = pipeline.engine.evaluate(pipeline.judged, t, signals)
     pipeline.adopt(judged)
     evaluated = clock()
-    state = State(pipeline.host, t, samples, dict(pipeline.collectors.health), signals, judged.current(),
+    exposed = samples if max_series is None else cap_kafka_series(samples, max_series)[0]
+    capped = clock()
+    state = State(pipeline.host, t, exposed, dict(pipeline.collectors.health), signals, judged.current(),
                   list(judged.resolved))
-    render_metrics(state)
+    body = render_metrics(state)
     rendered = clock()
     evaluations = sum(len(signals.get(rule.each, {})) for rule in pipeline.engine.rules)
     times = {"collection": collected - start, "history": added - collected, "signals": derived - added,
-             "rules": evaluated - derived, "render": rendered - evaluated, "total": rendered - start}
-    return times, evaluations
+             "rules": evaluated - derived, **({} if max_series is None else {"cap": capped - evaluated}),
+             "render": rendered - capped, "total": rendered - start}
+    return times, evaluations, body
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     per_collector: dict[str, list[float]] = {c.name: [] for c in collectors.collectors}
     step = max(1, args.cycles // 5)
     for i in range(1, args.cycles + 1):
-        times, n = cycle(pipeline, root)
+        times, n, _ = cycle(pipeline, root)
         for stage, seconds in times.items():
             per_stage[stage].append(seconds)
         evaluations.append(n)
