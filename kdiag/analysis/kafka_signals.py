@@ -25,7 +25,7 @@ from kdiag.families.kafka import (
     KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, KAFKA_PRODUCE_REQUESTS_TOTAL, KAFKA_REQUEST_HANDLER_IDLE_RATIO,
     KAFKA_REQUEST_QUEUE_SIZE, KAFKA_REQUEST_TIME_SECONDS, KAFKA_TOPIC_BROKER_LEADERS, KAFKA_TOPIC_CONFIG,
     KAFKA_TOPIC_CONFIG_OVERRIDE, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, KAFKA_TOPIC_OFFLINE_PARTITIONS,
-    KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS,
+    KAFKA_TOPIC_KDIAG_OWN, KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS,
     KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS, KAFKA_UNDER_MIN_ISR_PARTITIONS, KAFKA_UNDER_REPLICATED_PARTITIONS,
 )
 from kdiag.families.probe import (
@@ -273,7 +273,7 @@ def skew(per_broker: dict[str, float], brokers: int) -> tuple[float | None, str 
        for key, name in TOPIC_CONFIGS.items()},
 })
 def topic_signals(history: History, window: float) -> dict[str, Signals]:
-    """Health, flush settings and leader and traffic balance per topic."""
+    """Health, flush settings and leader and traffic balance per topic, kdiag's own topics left out."""
     brokers = len(live_brokers(history))
     gauges = {family.name.removeprefix("kdiag_kafka_topic_"): latest_per(history, family, "topic") for family in (
         KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS,
@@ -292,8 +292,11 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     for b, per_topic in topic_rates_by_leader(history, window).items():
         for topic, r in per_topic.items():
             by_leader.setdefault(topic, {})[b] = r
+    own = latest_per(history, KAFKA_TOPIC_KDIAG_OWN, "topic")
     out = {}
     for topic, partitions in gauges["partitions"].items():
+        if topic in own:
+            continue
         topic_leaders = leaders.get(topic, {})
         top_leader = max(topic_leaders, key=topic_leaders.__getitem__) if topic_leaders else None
         ideal = math.ceil(partitions / brokers) if brokers else None

@@ -10,6 +10,7 @@ DEFAULT_LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 PROBE_GROUP_PREFIX = "kdiag-probe-"  # a probe's group without probe.group_id: this and its daemon's host
+REPLICAS_TOPIC_SUFFIX = "-replicas"  # the replica pairs topic: the probe's topic and this
 
 @dataclass
 class ProbeConfig:

@@ -92,6 +92,11 @@ KAFKA_TOPIC_LOG_END_OFFSET_TOTAL = counter(
     "kdiag_kafka_topic_log_end_offset_total", "Sum of the log end offsets of the topic's partitions.", "topic"
 )
 KAFKA_TOPIC_OFFLINE_PARTITIONS = gauge("kdiag_kafka_topic_offline_partitions", "Partitions without a leader.", "topic")
+KAFKA_TOPIC_KDIAG_OWN = gauge(
+    "kdiag_kafka_topic_kdiag_own",
+    "A topic kdiag creates and configures itself (its probe's, its coordination's; always 1): no topic rule judges it.",
+    "topic",
+)
 KAFKA_TOPIC_PARTITIONS = gauge("kdiag_kafka_topic_partitions", "Partitions of the topic.", "topic")
 KAFKA_TOPIC_REPLICATION_FACTOR = gauge(
     "kdiag_kafka_topic_replication_factor", "Replication factor of the topic (largest replica list).", "topic"

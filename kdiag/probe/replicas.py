@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from kdiag.probe import topic as probe_topic
 from kdiag.probe.metrics import Histogram
 from kdiag.probe.topic import METADATA_TIMEOUT, REQUEST_TIMEOUT, Topology
+from kdiag.config.probe import REPLICAS_TOPIC_SUFFIX
 from kdiag.core.sample import Sample
 from kdiag.families.probe import PROBE_REPLICA_FAILED_TOTAL, PROBE_REPLICA_LATENCY_SECONDS
 
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SUFFIX = "-replicas"
 PAIR_PAYLOAD = struct.Struct(">4sIdii")  # magic, partition, send time (epoch s), leader, follower at send time
 PAIR_MAGIC = b"kdr1"
 # 1 ms to 13 s in steps of 1.5x: a pair's p90 is compared with the others', and the probe's default buckets (2.5x
@@ -43,7 +43,7 @@ class ReplicaPairs:
     """The pairs topic: kept one partition per live broker, sent one message per partition each probe round."""
 
     def __init__(self, topic_name: str):
-        self.topic = topic_name + SUFFIX
+        self.topic = topic_name + REPLICAS_TOPIC_SUFFIX
         self._lock = threading.Lock()
         self._topology: Topology | None = None
         self._latency: dict[tuple[int, int], Histogram] = {}  # (follower, leader) -> histogram

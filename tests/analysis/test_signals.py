@@ -311,6 +311,14 @@ def test_signal_values_are_floats_or_strings():
             assert all(isinstance(v, float | str) and not isinstance(v, bool) for v in sig.values()), sig
 
 
+def test_kdiags_own_topics_are_no_topic_subject():
+    """The replica pairs topic has min.insync.replicas equal to its 2 replicas on purpose: no topic rule judges it."""
+    shaped = [sample("kdiag_kafka_topic_partitions", 3, GAUGE, topic=t) for t in ("orders", "kdiag-probe-replicas")]
+    shaped += [sample("kdiag_kafka_topic_replication_factor", 2, GAUGE, topic=t) for t in ("orders", "kdiag-probe-replicas")]
+    result = signals({10: [*shaped, sample("kdiag_kafka_topic_kdiag_own", 1, GAUGE, topic="kdiag-probe-replicas")]})
+    assert set(result["topic"]) == {"orders"}
+
+
 def test_topic_and_probe_subjects_name_the_brokers_they_concern():
     snaps = merge(
         {10: [sample("kdiag_kafka_topic_partitions", 3, GAUGE, topic="orders"),

@@ -11,14 +11,15 @@ from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.collectors.kafka.lag import FAMILIES as LAG_FAMILIES
 from kdiag.collectors.kafka.lag import LagClock
 from kdiag.collectors.registry import Shared, registered
-from kdiag.config.probe import PROBE_GROUP_PREFIX
+from kdiag.config.probe import PROBE_GROUP_PREFIX, REPLICAS_TOPIC_SUFFIX
 from kdiag.config.settings import Config
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess
-from kdiag.families.kafka import KAFKA_BROKER_EXPECTED
+from kdiag.families.kafka import KAFKA_BROKER_EXPECTED, KAFKA_TOPIC_KDIAG_OWN
 from kdiag.kafka.admin import KafkaAdminError
+from kdiag.kafka.coordination import STATE_SUFFIX
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.state import ADMIN, AdminState, read_admin_state
 
@@ -28,18 +29,24 @@ def own_groups(config: Config) -> tuple[str, ...]:
     return (config.kafka.coordination_group, config.probe.group_id or f"{PROBE_GROUP_PREFIX}*")
 
 
+def own_topics(config: Config) -> tuple[str, ...]:
+    """kdiag's own topics, shaped on purpose (the replica pairs topic has min.insync.replicas equal to its 2 replicas)."""
+    coordination = config.kafka.coordination_topic
+    return (config.probe.topic, config.probe.topic + REPLICAS_TOPIC_SUFFIX, coordination, coordination + STATE_SUFFIX)
+
+
 @registered(default=lambda config: bool(config.kafka.bootstrap_servers), kafka_source=ADMIN)
 class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
-    families = (*STATE_FAMILIES, *LAG_FAMILIES)
+    families = (*STATE_FAMILIES, *LAG_FAMILIES, KAFKA_TOPIC_KDIAG_OWN)
 
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
                  partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
                  configs_interval: float = 0.0, quiet_groups_interval: float = 0.0, local_broker: int | None = None,
-                 own_groups: tuple[str, ...] = (), committed_offsets: str = "offset_fetch"):
+                 own_groups: tuple[str, ...] = (), own_topics: tuple[str, ...] = (), committed_offsets: str = "offset_fetch"):
         self.bootstrap_servers = bootstrap_servers
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
@@ -62,6 +69,7 @@ class KafkaAdminCollector(Collector):
         # kdiag's own groups (the election's, the probes'; a name ending in "*" is a prefix): no consumer-group rule
         # judges them (the election's standbys hold no partition by design).
         self.own_groups = own_groups
+        self.own_topics = own_topics
 
     @classmethod
     def from_config(cls, config: Config, shared: Shared) -> KafkaAdminCollector:
@@ -71,7 +79,7 @@ class KafkaAdminCollector(Collector):
                    kafka.expected_brokers, partition_series=kafka.partition_series, group_series=kafka.group_series,
                    configs_interval=kafka.configs_interval, quiet_groups_interval=kafka.quiet_groups_interval,
                    local_broker=kafka.local_broker_id, own_groups=own_groups(config),
-                   committed_offsets=kafka.committed_offsets)
+                   own_topics=own_topics(config),                   committed_offsets=kafka.committed_offsets)
 
     @property
     def full(self) -> bool:
@@ -104,6 +112,7 @@ class KafkaAdminCollector(Collector):
         state = self._without_own_groups(root.kafka(ADMIN, self.fetch, read_admin_state))
         samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
         samples += self.lag_clock.samples(root.now(), state, self.group_series)
+        samples += [KAFKA_TOPIC_KDIAG_OWN.sample(1, topic=t) for t in self.own_topics if t in state["topics"]]
         return samples + [KAFKA_BROKER_EXPECTED.sample(1, broker_id=b) for b in self.expected_brokers]
 
     def _own(self, group: str) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from tests.collectors.golden import FIXTURES, assert_golden
 from tests.waiting import wait_until
 
-from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups
+from kdiag.collectors.kafka.admin import KafkaAdminCollector, own_groups, own_topics
 from kdiag.config.settings import Config
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.collectors.kafka.admin_samples import config_number, samples_from_admin_state
@@ -157,6 +157,20 @@ def test_kdiags_own_groups_are_left_out_of_the_consumer_group_samples(tmp_path):
     everyone = {dict(s.labels).get("group") for s in KafkaAdminCollector("127.0.0.1:1").collect(SnapshotRoot(tmp_path))}
     assert {"kdiag-coordination", "kdiag-probe-broker-1"} <= everyone  # without own_groups: as any other group
     assert own_groups(Config()) == ("kdiag-coordination", "kdiag-probe-*")  # what `kdiag run` hands the collector
+
+
+def test_kdiags_own_topics_are_marked_as_its_own(tmp_path):
+    state = load_state()
+    user_topic = next(iter(state["topics"]))
+    state["topics"]["kdiag-probe-replicas"] = copy.deepcopy(state["topics"][user_topic])
+    (tmp_path / "meta.json").write_text('{"time": 1764430000.0}')
+    (tmp_path / "kafka.json").write_text(json.dumps({"version": KAFKA_STATE_VERSION, "sources": {"admin": state}}))
+    collector = KafkaAdminCollector("127.0.0.1:1", own_topics=own_topics(Config()))
+    samples = collector.collect(SnapshotRoot(tmp_path))
+    assert values(samples, "kdiag_kafka_topic_kdiag_own") == {(("topic", "kdiag-probe-replicas"),): 1.0}
+    assert values(samples, "kdiag_kafka_topic_partitions", topic="kdiag-probe-replicas")  # still exported
+    assert own_topics(Config()) == ("kdiag-probe", "kdiag-probe-replicas", "__kdiag_coordination",
+                                    "__kdiag_coordination_state")
 
 
 # --- live tests against `kdiag lab` -------------------------------------------------------------------
