@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import itertools
 import re
+import statistics
 from collections import deque
 
 from kdiag.core.history import History, counter_increase
-from kdiag.analysis.signals import Signals, latest_by, put, rates_by, rates_per, ratio
+from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio
 from kdiag.families.process import (
-    KAFKA_LOG_DIR_INFO, PROCESS_CGROUP_CPU_PERIODS_TOTAL, PROCESS_CGROUP_CPU_QUOTA_CORES,
+    KAFKA_LOG_DIR_INFO, PROCESS_IS_BROKER, PROCESS_CGROUP_CPU_PERIODS_TOTAL, PROCESS_CGROUP_CPU_QUOTA_CORES,
     PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL,
 )
 from kdiag.families.storage import (
@@ -19,6 +20,7 @@ from kdiag.families.storage import (
     MD_MEMBER_ERRORS_TOTAL,
 )
 from kdiag.families.host import PROCESS_RUNQUEUE_WAIT_SECONDS_TOTAL, PROCESS_THREADS
+from kdiag.families.kafka import KAFKA_REQUEST_TIME_SECONDS
 from kdiag.families.process import (
     PROCESS_CGROUP_MEMORY_BYTES, PROCESS_CGROUP_MEMORY_LIMIT_BYTES, PROCESS_CGROUP_MEMORY_LIMIT_HITS_TOTAL,
     PROCESS_CGROUP_MEMORY_OOM_KILLS_TOTAL, PROCESS_CGROUP_MEMORY_USAGE_BYTES,
@@ -48,6 +50,10 @@ PROC_SCHEMA = {
                                f"{ERRORS_SECONDS:.0f} s, the process's own predecessors in them included",
     "memory_oom_cgroup": "the cgroup where those OOM kills were counted",
     "memory_oom_where": "that cgroup as its path names it: a Kubernetes pod UID and container id, else the cgroup path",
+    "broker_produce_p99_seconds": "for a broker process: the produce total time p99 of the broker kdiag reads by JMX "
+                                  "whose latency moved most (the slowest, on a host with several)",
+    "broker_produce_p99_vs_baseline": "that p99 over its own lower quartile in the history or over the other brokers' "
+                                      "median, the larger (absent before 4 JMX reads)",
 }
 DISK_SCHEMA = {
     "io_errors_recent": f"I/O errors the kernel log reported on the disk, or its md member counted, in the last "
@@ -101,6 +107,11 @@ def proc_wait_signals(history: History, window: float) -> dict[str, Signals]:
         signals["threads"] = float(signals.get("threads", 0.0)) + points[-1][1]
         if labels.get("state") == "D":
             signals["blocked_threads"] = window_mean(points, window)
+    if (moved := produce_latency_moved(history)) is not None:
+        for broker_pid, broker in latest_per(history, PROCESS_IS_BROKER, "pid").items():
+            if broker == 1.0:
+                put(out.setdefault(broker_pid, {}), broker_produce_p99_seconds=moved[0],
+                    broker_produce_p99_vs_baseline=moved[1])
     periods = rates_by(history, PROCESS_CGROUP_CPU_PERIODS_TOTAL, window, "pid", "cgroup")
     throttled = rates_by(history, PROCESS_CGROUP_CPU_THROTTLED_PERIODS_TOTAL, window, "pid", "cgroup")
     stopped = rates_by(history, PROCESS_CGROUP_CPU_THROTTLED_SECONDS_TOTAL, window, "pid", "cgroup")
@@ -113,6 +124,28 @@ def proc_wait_signals(history: History, window: float) -> dict[str, Signals]:
             put(signals, cpu_throttled_share=share, cpu_throttled_seconds_per_second=stopped.get((pid, cgroup)),
                 cgroup=cgroup)
     return out
+
+
+PRODUCE_P99 = {"request": "Produce", "phase": "total", "quantile": "0.99"}
+
+
+def produce_latency_moved(history: History) -> tuple[float, float] | None:
+    """(p99, how far it moved) of the broker whose produce total time p99 moved most against its own lower quartile
+    in the history or its peers' median; None without 4 reads of any broker."""
+    now: dict[str, float] = {}
+    baseline: dict[str, float] = {}
+    for labels, points, _ in history.series(KAFKA_REQUEST_TIME_SECONDS.name):
+        if all(labels.get(k) == v for k, v in PRODUCE_P99.items()) and len(points) >= 4:
+            b = labels.get("broker_id", "")
+            now[b], baseline[b] = points[-1][1], statistics.quantiles([v for _, v in points], n=4)[0]
+    worst: tuple[float, float] | None = None
+    for b, value in now.items():
+        peers = [v for other, v in now.items() if other != b]
+        moved = max((r for r in (ratio(value, baseline[b]), ratio(value, statistics.median(peers) if peers else None))
+                     if r is not None), default=None)
+        if moved is not None and (worst is None or moved > worst[1]):
+            worst = (value, moved)
+    return worst
 
 
 def disk_cause_signals(history: History, window: float) -> dict[str, Signals]:

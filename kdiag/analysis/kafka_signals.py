@@ -71,6 +71,12 @@ def on_brokers(ids: list[str] | set[str]) -> str | None:
     return ",".join(sorted(ids, key=lambda b: (len(b), b))) or None
 
 
+def per_1k(events: float | None, messages: float | None) -> float | None:
+    """Events per 1,000 messages (both per second), None while no message flows."""
+    r = ratio(events, messages)
+    return None if r is None else 1000.0 * r
+
+
 def live_brokers(history: History) -> list[str]:
     """Broker ids the AdminClient currently lists."""
     return sorted(k[0] for k in latest_by(history, KAFKA_BROKER_INFO, "broker_id"))
@@ -92,6 +98,8 @@ ON_BROKERS = "broker ids this subject concerns, comma-separated"
     "fetch_requests_per_second": "fetch requests per second (consumers and followers)",
     "avg_produce_request_bytes": "bytes per produce request (small means unbatched producers)",
     "log_flushes_per_second": "log flushes (fsync) per second",
+    "log_flushes_per_1k_messages": "log flushes per 1,000 messages produced to this broker: a forced flush every N "
+                                   "messages gives 1000/N per replica, at any load",
     "log_flush_seconds_mean": "mean time of one log flush",
     "log_flush_seconds_p99": "99th percentile time of one log flush",
     "request_handler_idle_ratio": "request handler threads' idle share (0-1)",
@@ -183,6 +191,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
             busiest_topics=", ".join(f"{t} ({r:.0f} msg/s)" for t, r in sorted(
                 topics_led.get(b, {}).items(), key=lambda kv: -kv[1])[:3] if r > 0) or None,
             log_flushes_per_second=flushes.get(b),
+            log_flushes_per_1k_messages=per_1k(flushes.get(b), messages_in.get(b)),
             log_flush_seconds_mean=flush_time.get((b, "mean")),
             log_flush_seconds_p99=flush_time.get((b, "0.99")),
             request_handler_idle_ratio=handler_idle.get(b),
@@ -325,6 +334,7 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     "brokers": "live brokers the AdminClient lists",
     "controller_id": "the active controller's node id",
     "log_flushes_per_second": "log flushes per second over all brokers",
+    "log_flushes_per_1k_messages": "log flushes over all brokers per 1,000 messages produced to the cluster",
     "bytes_in_per_second": "bytes produced per second over all brokers",
     "under_replicated_partitions": "under-replicated partitions over all topics",
     "offline_partitions": "partitions without a leader over all topics",
@@ -344,6 +354,7 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
     seen = {labels.get("broker_id", "") for labels, _ in history.recent_series(KAFKA_BROKER_INFO.name)}
     seen |= {b for (b,) in latest_by(history, KAFKA_BROKER_EXPECTED, "broker_id")}
     missing = seen - set(brokers)
+    flushes = total(rates_by(history, KAFKA_LOG_FLUSHES_TOTAL, window))
     return {"cluster": put(
         {"name": "cluster"},
         brokers=float(len(brokers)),
@@ -351,7 +362,8 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
         missing_brokers=float(len(missing)),
         missing_broker_ids=on_brokers(missing) or "",
         controller_id=total(controller),
-        log_flushes_per_second=total(rates_by(history, KAFKA_LOG_FLUSHES_TOTAL, window)),
+        log_flushes_per_second=flushes,
+        log_flushes_per_1k_messages=per_1k(flushes, total(rates_by(history, KAFKA_MESSAGES_IN_TOTAL, window))),
         bytes_in_per_second=total(rates_by(history, KAFKA_BYTES_IN_TOTAL, window)),
         under_replicated_partitions=total(latest_by(history, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS)),
         offline_partitions=total(latest_by(history, KAFKA_TOPIC_OFFLINE_PARTITIONS)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.analysis.host_cause_signals import proc_memory_signals, where
+from kdiag.analysis.host_cause_signals import proc_memory_signals, proc_wait_signals, produce_latency_moved, where
 from kdiag.core.history import History
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 
@@ -71,3 +71,40 @@ def test_a_kubernetes_cgroup_is_named_by_its_pod_and_container(cgroup: str, name
 def test_any_other_cgroup_is_named_by_its_path() -> None:
     assert where("/system.slice/kafka.service") == "cgroup /system.slice/kafka.service"
     assert where("/user.slice/kubepods-fake") == "cgroup /user.slice/kubepods-fake"
+
+
+def produce_p99(broker: str, seconds: float) -> Sample:
+    return sample("kdiag_kafka_request_time_seconds", seconds, GAUGE, broker_id=broker, request="Produce",
+                  phase="total", quantile="0.99")
+
+
+def test_produce_latency_moved_against_its_own_lower_quartile() -> None:
+    h = History()
+    for t, p99 in enumerate((0.01, 0.012, 0.011, 0.01, 0.08)):
+        h.add(float(t), [produce_p99("1", p99), sample("kdiag_kafka_request_time_seconds", 0.5, GAUGE, broker_id="1",
+                                                       request="Produce", phase="total", quantile="0.5")])
+    p99, moved = produce_latency_moved(h) or (None, None)
+    assert p99 == 0.08 and moved == pytest.approx(0.08 / 0.01, rel=0.02)
+
+
+def test_produce_latency_moved_against_its_peers_and_unknown_before_four_reads() -> None:
+    h = History()
+    for t in range(4):
+        h.add(float(t), [produce_p99("1", 0.3), produce_p99("2", 0.01), produce_p99("3", 0.02)])
+    assert produce_latency_moved(h) == (0.3, pytest.approx(0.3 / 0.015))
+    short = History()
+    for t in range(3):
+        short.add(float(t), [produce_p99("1", 0.3 * (t + 1))])
+    assert produce_latency_moved(short) is None
+
+
+def test_a_broker_process_carries_the_moved_latency_others_do_not() -> None:
+    h = History()
+    for t in range(5):
+        h.add(float(t), [produce_p99("1", 0.01 if t < 4 else 0.05),
+                         sample("kdiag_process_is_broker", 1, GAUGE, comm="java", pid="7"),
+                         sample("kdiag_process_is_broker", 0, GAUGE, comm="yes", pid="8")])
+    signals = proc_wait_signals(h, 30.0)
+    assert signals["7"]["broker_produce_p99_seconds"] == 0.05
+    assert signals["7"]["broker_produce_p99_vs_baseline"] == pytest.approx(5.0)
+    assert "broker_produce_p99_seconds" not in signals.get("8", {})

@@ -31,7 +31,8 @@ def topic_config(flush_messages: float) -> list[Sample]:
             sample("kdiag_kafka_topic_config_override", 0, GAUGE, topic="t", name="flush.ms")]
 
 
-def fired(snapshot, flushes_per_second: float | None, seconds: float = 60.0) -> list[tuple[str, str]]:
+def fired(snapshot, flushes_per_second: float | None, seconds: float = 60.0,
+          messages_per_second: float = 0.0) -> list[tuple[str, str]]:
     history, engine = History(900.0), Engine(load_catalog([default_rules_dir()]), 1)
     judged = EngineState()
     found = []
@@ -39,7 +40,10 @@ def fired(snapshot, flushes_per_second: float | None, seconds: float = 60.0) -> 
         t = 1764430000.0 + i * 5
         flushes = [] if flushes_per_second is None else [
             sample("kdiag_kafka_log_flushes_total", 100 + flushes_per_second * i * 5, COUNTER, broker_id=1)]
-        history.add(t, snapshot + flushes)
+        messages = [sample("kdiag_kafka_messages_in_total", 1e6 + messages_per_second * i * 5, COUNTER, broker_id=1),
+                    sample("kdiag_kafka_topic_log_end_offset_total", 1e6 + messages_per_second * i * 5, COUNTER,
+                           topic="t")]
+        history.add(t, snapshot + flushes + messages)
         judged = engine.evaluate(judged, t, compute_signals(history, 30.0))
         found = judged.current()
     return sorted((d.rule.id, d.subject) for d in found if d.state == "firing")
@@ -48,7 +52,26 @@ def fired(snapshot, flushes_per_second: float | None, seconds: float = 60.0) -> 
 def test_a_forced_broker_flush_is_a_lint_while_flushes_are_few():
     config = broker_config(log_flush_interval_messages=10000)
     assert fired(config, 0.5) == [("forced_flush_configured", "broker 1")]
-    assert fired(config, 20.0) == [("forced_fsync_broker", "broker 1")]  # then it is the cause, not the lint
+    # then it is the cause, not the lint: 20 flushes/s under 2,000 msg/s is 10 per 1,000 messages
+    assert fired(config, 20.0, messages_per_second=2000.0) == [("forced_fsync_broker", "broker 1")]
+
+
+def test_a_forced_broker_flush_is_named_on_a_loaded_host():
+    # Issue 35 item 3: log.flush.interval.messages=500 with the producers slowed by a loaded host to 1,200 msg/s on
+    # this broker: 2.4 forced flushes/s and the metadata log's 2, under the old 5/s threshold; 3.7 per 1,000 messages.
+    config = broker_config(log_flush_interval_messages=500)
+    assert fired(config, 4.4, messages_per_second=1200.0) == [("forced_fsync_broker", "broker 1")]
+
+
+def test_a_busy_healthy_broker_flushing_its_metadata_log_is_quiet():
+    # A KRaft broker's metadata log flushes about twice a second; 5,000 msg/s then is 0.44 per 1,000 messages.
+    assert fired(broker_config(), 2.2, messages_per_second=5000.0) == []
+    assert fired(broker_config(), 2.2, messages_per_second=20.0) == []  # 110 per 1,000, but no more than it
+
+
+def test_a_forced_topic_flush_is_named_on_a_loaded_host():
+    # flush.messages=500 on topic t beside a loaded host: the cluster's one broker flushes 4.4 times/s under 1,200 msg/s.
+    assert fired(broker_config() + topic_config(500), 4.4, messages_per_second=1200.0) == [("forced_fsync", "t")]
 
 
 def test_without_the_flush_rate_the_lint_does_not_claim_it_is_low():
