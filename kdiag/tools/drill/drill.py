@@ -21,6 +21,7 @@ from kdiag.collectors.host.cgroup_cpu import CgroupCpuCollector
 from kdiag.collectors.host.cgroup_memory import CgroupMemoryCollector
 from kdiag.collectors.host.meminfo import MeminfoCollector
 from kdiag.collectors.host.processes import ProcessesCollector
+from kdiag.collectors.host.schedstat import SchedstatCollector
 from kdiag.collectors.host.stat import StatCollector
 from kdiag.collectors import Collector
 from kdiag.config.probe import ProbeConfig
@@ -75,7 +76,7 @@ def alerted_rules(alertmanager: str) -> set[str]:
 class Monitor:
     """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
 
-    def __init__(self, target: Target, alertmanager: str = ""):
+    def __init__(self, target: Target, alertmanager: str = "", thread_waits: bool = False):
         overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
                      "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
                      "kafka.configs_interval": "0s",  # the config drills need each change seen at once
@@ -92,6 +93,8 @@ class Monitor:
         brokers = BrokerPids(table=processes.table)
         host: list[Collector] = [processes, MeminfoCollector(), StatCollector(), CgroupCpuCollector(brokers),
                                  CgroupMemoryCollector(brokers)]
+        if thread_waits:  # the brokers' run-queue wait (broker_threads_waiting), for a benchmark on a loaded host
+            host.append(SchedstatCollector(brokers))
         collectors = CollectorSet(host + list(kafka_collectors(config).values()))
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS, collector_timeout=20.0)
         self.states: list[State] = []
