@@ -35,7 +35,7 @@ class Margin:
 
 MARGINS = (
     Margin("forced_fsync_broker", "broker", "log_flushes_per_1k_messages", 0.5),
-    Margin("forced_fsync_broker", "broker", "log_flushes_per_second", 3.0),
+    Margin("forced_fsync_broker", "broker", "log_flushes_per_second", 4.0),
     Margin("forced_fsync", "cluster", "log_flushes_per_1k_messages", 0.5),
     Margin("unbatched_producers", "broker", "avg_produce_request_bytes", 1024.0, fires_above=False),
     Margin("unbatched_producers", "broker", "messages_per_produce_request", 8.0, fires_above=False),

@@ -10,7 +10,7 @@ from kdiag.report.text import render_text
 
 FSYNC_TOPIC = {"name": "orders", "flush_messages": 1.0, "flush_messages_override": 1.0, "flush_ms": 1e18, "flush_ms_override": 0.0,
                "messages_per_second": 500.0, "on_brokers": "1"}
-CLUSTER = {"name": "cluster", "log_flushes_per_second": 400.0}
+CLUSTER = {"name": "cluster", "brokers": 1.0, "log_flushes_per_second": 400.0, "log_flushes_per_1k_messages": 800.0}
 SLOW = {"produce_p99_seconds": 2.0, "end_to_end_p99_seconds": 2.1, "slo_seconds": 0.5}
 
 
