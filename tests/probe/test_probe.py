@@ -11,7 +11,8 @@ from kdiag.probe import topic as probe_topic
 from kdiag.probe.probe import MAGIC, PAYLOAD, ProbeService
 from kdiag.config.probe import ProbeConfig
 from kdiag.families.family import Family
-from kdiag.probe.metrics import FAMILIES, Histogram
+from kdiag.families.probe import FAMILIES
+from kdiag.probe.metrics import Histogram
 from kdiag.probe.topic import Topology
 from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM
 from tests.waiting import timed_wait
