@@ -31,11 +31,16 @@ class Diagnosis:
     evidence: dict[str, float | str] = field(default_factory=dict)
     ended: float | None = None
     brokers: frozenset[str] | None = None  # from the subject's `on_brokers`; None: not tied to brokers
+    reaches: frozenset[str] = frozenset()  # from its `reaches_brokers`: brokers a symptom here holds back too
 
     def explains(self, symptom: Diagnosis) -> bool:
-        """Whether this cause's rule lists the symptom's, and they share a broker when both are tied to brokers."""
-        return symptom.rule.id in self.rule.explains and (
-            self.brokers is None or symptom.brokers is None or bool(self.brokers & symptom.brokers))
+        """Whether this diagnosis's rule lists the symptom's, and they share a broker when both are tied to brokers; a
+        symptom explaining another also reaches the brokers it holds back (a slow follower, its leaders' ISR churn)."""
+        if symptom is self or symptom.rule.id not in self.rule.explains:
+            return False
+        if self.brokers is None or symptom.brokers is None:
+            return True
+        return bool((self.brokers | self.reaches if self.rule.kind == "symptom" else self.brokers) & symptom.brokers)
 
     def to_json(self) -> dict[str, Any]:
         """The contract shape of one diagnosis in `kdiag diagnose --format json`."""
@@ -161,10 +166,11 @@ class Engine:
             brokers: frozenset[str] | None = frozenset(str(subject["on_brokers"]).split(","))
         else:
             brokers = self.local_brokers if rule.scope == "host" else None
+        reaches = frozenset(str(subject["reaches_brokers"]).split(",")) if "reaches_brokers" in subject else frozenset()
         return Diagnosis(rule, str(subject.get("name", "")), since,
                          "firing" if t - since >= rule.for_seconds else "pending", render(rule.summary, scope),
                          {(name if var == "it" else f"{var}.{name}"): scope[var][name]
-                          for var, name in rule.evidence if name in scope[var]}, brokers=brokers)
+                          for var, name in rule.evidence if name in scope[var]}, brokers=brokers, reaches=reaches)
 
     def _holds(self, rule: Rule, context: cel.Context) -> bool:
         try:

@@ -85,6 +85,12 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator
 
 
+def per_1k(events: float | None, messages: float | None) -> float | None:
+    """Events per 1,000 messages (both per second), None while no message flows."""
+    r = ratio(events, messages)
+    return None if r is None else 1000.0 * r
+
+
 def put(signals: Signals, **values: float | str | None) -> Signals:
     """Add the known values to a signal dict, leaving unknown (None) ones out."""
     signals.update({k: (v if isinstance(v, str) else float(v)) for k, v in values.items() if v is not None})

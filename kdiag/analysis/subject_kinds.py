@@ -4,6 +4,7 @@ from __future__ import annotations
 
 # Host and CPU, then device and process, Kafka and probe, then load generator kinds register on import, in this order.
 import kdiag.analysis.device_signals
+import kdiag.analysis.broker_signals
 import kdiag.analysis.kafka_signals
 import kdiag.analysis.loadgen_signals  # noqa: F401
 from kdiag.core.history import History

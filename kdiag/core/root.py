@@ -205,14 +205,29 @@ def _link_inside(base: str, rel: str) -> str | None:
     return text
 
 
-class TeeRoot(Root):
+class KafkaTee(Root):
+    """The live host, keeping the Kafka states it reads (a recording of the cluster and the probe, not of this host)."""
+
+    def __init__(self, live: Root):
+        super().__init__(live.proc, live.sys, clock=live.now)
+        self.live = live
+        self.kafka_state: dict[str, Any] = {}
+
+    def kernel_log(self) -> list[str]:
+        return self.live.kernel_log()  # the live root's reader: its place in the log outlives this snapshot
+
+    def kafka(self, source: str, fetch: Callable[[], State], parse: StateReader[State] | None = None) -> State:
+        state = fetch()
+        self.kafka_state[source] = state
+        return state
+
+
+class TeeRoot(KafkaTee):
     """The live host, copying every file, symlink and Kafka state it reads into a snapshot directory."""
 
     def __init__(self, live: Root, directory: str | Path):
-        super().__init__(live.proc, live.sys, clock=live.now)
-        self.live = live
+        super().__init__(live)
         self.directory = Path(directory)
-        self.kafka_state: dict[str, Any] = {}
 
     def _copy_target(self, tree: str, rel: str) -> Path:
         """Where the copy of tree/rel goes, recreating the symlinks sysfs paths pass through."""
@@ -271,7 +286,7 @@ class TeeRoot(Root):
         return names
 
     def kernel_log(self) -> list[str]:
-        lines = self.live.kernel_log()  # the live root's reader: its place in the log outlives this snapshot
+        lines = super().kernel_log()
         (self.directory / KMSG_FILE).write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         return lines
 
@@ -286,8 +301,3 @@ class TeeRoot(Root):
         if not os.path.lexists(target):
             os.symlink(link, target)
         return link
-
-    def kafka(self, source: str, fetch: Callable[[], State], parse: StateReader[State] | None = None) -> State:
-        state = fetch()
-        self.kafka_state[source] = state
-        return state

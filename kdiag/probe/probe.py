@@ -7,18 +7,16 @@ import struct
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kdiag.config.probe import PROBE_GROUP_PREFIX, ProbeConfig
 from kdiag.core.sample import Sample
-from kdiag.families.probe import PROBE_PARTITIONS, PROBE_PENDING_MESSAGES, PROBE_SLO_SECONDS, PROBE_UP
+from kdiag.families.probe import PROBE_SLO_SECONDS, PROBE_UP
 from kdiag.kafka.client import ClientSettings, ErrorLog
 from kdiag.probe import topic as probe_topic
-from kdiag.probe.metrics import BrokerStats
+from kdiag.probe.ledger import Ledger
 from kdiag.probe.replicas import ReplicaPairs
-from kdiag.probe.sequence import DUPLICATE, OUT_OF_ORDER, REREAD, SequenceTracker
 from kdiag.probe.topic import REQUEST_TIMEOUT, Topology
 
 if TYPE_CHECKING:
@@ -64,8 +62,7 @@ class ProbeService:
         self._assigned: set[int] = set()  # partitions the consumer reads; the producer sends only to these
         self._positions: dict[int, tuple[int, int]] = {}  # partition -> (next offset, leader epoch or -1)
         self._seq: dict[int, int] = {}
-        self._tracker = SequenceTracker(config.sla)
-        self._brokers: dict[int, BrokerStats] = {}
+        self.ledger = Ledger(config)
         self.pairs = ReplicaPairs(config.topic)
         self._running = {"manager": False, "producer": False, "pairs": False, "consumer": False}
         self._errors = {"manager": "", "producer": "", "pairs": "", "consumer": ""}
@@ -151,12 +148,6 @@ class ProbeService:
         return self.settings.client_conf(self.bootstrap, f"kdiag-probe-{self.instance}", self.client_errors,
                                          extra={"allow.auto.create.topics": False, **extra})
 
-    def _broker(self, broker: int) -> BrokerStats:
-        stats = self._brokers.get(broker)
-        if stats is None:
-            stats = self._brokers[broker] = BrokerStats(self.config.latency_buckets)
-        return stats
-
     # -- manager: topic, metadata, reconcile -----------------------------------------------------------
 
     def _manage(self, name: str, backoff: _Backoff) -> None:
@@ -218,7 +209,7 @@ class ProbeService:
             self._ok(name)
             backoff.reset()
             producer.poll(max(0.0, min(next_round - time.monotonic(), 0.2)))
-            self._expire()
+            self.ledger.expire()
 
     def _produce(self, name: str, backoff: _Backoff) -> None:
         producer = self._producer()
@@ -255,17 +246,13 @@ class ProbeService:
             seq = self._seq.get(p, 0)
             self._seq[p] = seq + 1
             value = PAYLOAD.pack(MAGIC, self.run_id.bytes, p, seq, time.time(), leader)
-            with self._lock:
-                self._broker(leader).counts["sent"] += 1
+            self.ledger.sent(leader)
             try:
                 producer.produce(self.config.topic, value, partition=p, on_delivery=self._delivered)
             except (BufferError, KafkaException):  # a full queue, or metadata not showing the partition yet
-                self._settle(p, seq, now, leader, None, -1)
+                self.ledger.settle(p, seq, now, leader, None, -1)
         idle = {b for replicas in topology.replicas.values() for b in replicas} | topology.live
-        with self._lock:
-            for b in idle - set(topology.leaders.values()):
-                self._broker(b).outcomes.append((now, False))
-            self._prune(now)
+        self.ledger.idle(idle - set(topology.leaders.values()), now)
 
     def _delivered(self, err: KafkaError | None, msg: Message) -> None:
         value = msg.value()
@@ -273,37 +260,10 @@ class ProbeService:
         _magic, _run, p, seq, sent, leader = PAYLOAD.unpack(value)
         latency = msg.latency()
         offset = msg.offset()
-        self._settle(p, seq, sent, leader, None if err else (latency if latency is not None else time.time() - sent),
+        self.ledger.settle(p, seq, sent, leader, None if err else (latency if latency is not None else time.time() - sent),
                      -1 if offset is None else offset)
         if err:
             self._refresh.set()  # leadership may have moved: attribute the next sends right
-
-    def _settle(self, p: int, seq: int, sent: float, leader: int, latency: float | None, offset: int) -> None:
-        """Count one delivery report: failed when latency is None, else acked at offset (negative: none named)."""
-        with self._lock:
-            stats = self._broker(leader)
-            stats.outcomes.append((sent, latency is not None))
-            if latency is None:
-                stats.counts["failed"] += 1
-                self._tracker.failed(p, seq)
-            else:
-                stats.counts["acked"] += 1
-                stats.produce.observe(latency)
-                self._count_lost(self._tracker.acked(p, seq, offset, time.monotonic(), leader))
-
-    def _expire(self) -> None:
-        with self._lock:
-            self._count_lost(self._tracker.expire(time.monotonic()))
-
-    def _count_lost(self, leaders: list[int]) -> None:
-        for leader in leaders:
-            self._broker(leader).counts["lost"] += 1
-
-    def _prune(self, now: float) -> None:
-        cutoff = now - self.config.availability_window
-        for stats in self._brokers.values():
-            while stats.outcomes and stats.outcomes[0][0] < cutoff:
-                stats.outcomes.popleft()
 
     # -- consumer --------------------------------------------------------------------------------------
 
@@ -371,24 +331,8 @@ class ProbeService:
         return seq, sent, leader
 
     def _receive(self, partition: int, offset: int, value: bytes | None, now: float) -> None:
-        """Settle one consumed message; another writer's still tells the tracker how far the consumer read."""
-        mine = self._mine(partition, value)
-        with self._lock:
-            outcome, lost = self._tracker.consumed(partition, offset, mine[0] if mine else None)
-            self._count_lost(lost)
-            if mine is None or outcome == REREAD:
-                return
-            _seq, sent, leader = mine
-            stats = self._broker(leader)
-            if outcome == DUPLICATE:
-                stats.counts["duplicated"] += 1
-                return
-            stats.counts["received"] += 1
-            stats.end_to_end.observe(max(0.0, now - sent))
-            if now - sent > self.config.sla:
-                stats.counts["late"] += 1
-            if outcome == OUT_OF_ORDER:
-                stats.counts["out_of_order"] += 1
+        """Settle one consumed message; another writer's still tells the ledger how far the consumer read."""
+        self.ledger.receive(partition, offset, self._mine(partition, value), now)
 
     # -- metrics ---------------------------------------------------------------------------------------
 
@@ -409,19 +353,7 @@ class ProbeService:
 
     def samples(self) -> list[Sample]:
         """Every probe series as of now; cheap (no I/O), safe from any thread."""
-        out = [PROBE_SLO_SECONDS.sample(self.config.slo_seconds)]
         with self._lock:
-            out.append(PROBE_UP.sample(1.0 if self._up() else 0.0))
-            out.append(PROBE_PENDING_MESSAGES.sample(self._tracker.pending()))
-            topology = self._topology
-            led = Counter(topology.leaders.values()) if topology else Counter()
-            brokers = set(self._brokers)
-            if topology:
-                brokers |= topology.live | {b for replicas in topology.replicas.values() for b in replicas}
-            self._prune(time.time())
-            for b in sorted(brokers):
-                stats = self._broker(b)
-                out += stats.samples(b)
-                if topology:
-                    out.append(PROBE_PARTITIONS.sample(led[b], broker_id=b))
-        return out + self.pairs.samples()
+            up, topology = self._up(), self._topology
+        return [PROBE_SLO_SECONDS.sample(self.config.slo_seconds), PROBE_UP.sample(1.0 if up else 0.0),
+                *self.ledger.samples(topology), *self.pairs.samples()]

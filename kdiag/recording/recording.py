@@ -10,7 +10,7 @@ import socket
 import tarfile
 import tempfile
 import time
-from typing import Any
+from typing import Any, TypeVar
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,12 +19,13 @@ from kdiag.runtime.pipeline import CollectorSet
 from kdiag.core.archive import (KAFKA_STATE_VERSION, MAX_JSON_BYTES, RecordingError, check_tree, extract, is_number,
                                 read_recorded)
 from kdiag.core.quote import quote
-from kdiag.core.root import Root, SnapshotRoot, TeeRoot, recorded_time
+from kdiag.core.root import KafkaTee, Root, SnapshotRoot, TeeRoot, recorded_time
 
 FORMAT = "kdiag-recording"
 VERSION = 1
 MIN_INTERVAL, MAX_INTERVAL = 0.1, 3600
 MAX_HOST = 255
+T = TypeVar("T")
 
 
 def read_manifest(file: Path) -> dict[str, Any]:
@@ -86,37 +87,51 @@ def record(out: Path, duration: float, interval: float, collectors: CollectorSet
     return out
 
 
+class Recorder:
+    """Snapshots written one at a time into a directory: `kdiag record`'s, or a drill monitor's (Kafka and probe
+    states only, with files=False: a recording of the cluster, not of the busy host running the drill)."""
+
+    def __init__(self, directory: Path, interval: float, host: str | None = None, files: bool = True):
+        self.directory = directory
+        self.files = files
+        self.taken = 0
+        manifest = {"format": FORMAT, "version": VERSION, "host": host or socket.gethostname(), "interval_s": interval}
+        (directory / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+    def snapshot(self, live: Root, run: Callable[[Root], T]) -> T:
+        """run(root) on a root that copies what it reads into the next snapshot; its result."""
+        snap = self.directory / f"{self.taken:04d}"
+        snap.mkdir()
+        tee = TeeRoot(live, snap) if self.files else KafkaTee(live)
+        taken = tee.now()
+        result = run(tee)
+        if isinstance(tee, TeeRoot):
+            copy_contract_extras(tee, snap)
+        if tee.kafka_state:
+            kafka = {"version": KAFKA_STATE_VERSION, "sources": tee.kafka_state}
+            (snap / "kafka.json").write_text(json.dumps(kafka) + "\n")
+        # meta.json last: a snapshot without it is not read back.
+        (snap / "meta.json").write_text(json.dumps({"time": taken}) + "\n")
+        self.taken += 1
+        return result
+
+
 def _take_snapshots(directory: Path, out: Path, duration: float, interval: float, collectors: CollectorSet, live: Root,
                     progress: Callable[[str], None], sleep: Callable[[float], None]) -> None:
-    manifest = {"format": FORMAT, "version": VERSION, "host": socket.gethostname(), "interval_s": interval}
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    recorder = Recorder(directory, interval)
     count = max(1, int(duration // interval) + 1)
     start = time.monotonic()
-    kept = 0
     try:
         for i in range(count):
-            _take_snapshot(directory / f"{i:04d}", collectors, live)
-            kept += 1
+            recorder.snapshot(live, collectors.run)
             failed = [name for name, h in collectors.health.items() if not h.success]
             progress(f"snapshot {i + 1}/{count} taken" + (f" (failed: {', '.join(failed)})" if failed else ""))
             if i + 1 < count:
                 sleep(max(0.0, start + (i + 1) * interval - time.monotonic()))
     except KeyboardInterrupt:
+        kept = recorder.taken
         shutil.rmtree(directory / f"{kept:04d}", ignore_errors=True)  # the snapshot under way, if any
         raise KeyboardInterrupt(f"{kept} snapshot(s) kept in {out}" if kept else "no snapshot was complete") from None
-
-
-def _take_snapshot(snap: Path, collectors: CollectorSet, live: Root) -> None:
-    snap.mkdir()
-    tee = TeeRoot(live, snap)
-    taken = tee.now()
-    collectors.run(tee)
-    copy_contract_extras(tee, snap)
-    if tee.kafka_state:
-        kafka = {"version": KAFKA_STATE_VERSION, "sources": tee.kafka_state}
-        (snap / "kafka.json").write_text(json.dumps(kafka) + "\n")
-    # meta.json last: a snapshot without it is not read back.
-    (snap / "meta.json").write_text(json.dumps({"time": taken}) + "\n")
 
 
 def _archive(directory: Path, out: Path) -> None:

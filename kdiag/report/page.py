@@ -207,18 +207,21 @@ def diagnoses_html(history: EvidenceHistory, state: State | None, fault: tuple[f
     symptoms = [d for d in ds if d.rule.kind == "symptom"]
     lints = [d for d in ds if d.rule.kind == "lint"]
     explained: set[int] = set()
-    parts = []
 
-    def one(d: Diagnosis, nested: str = "") -> str:
-        return diagnosis_html(d, now[(d.rule.id, d.subject)], history, state, fault, nested)
+    def one(d: Diagnosis, path: frozenset[int] = frozenset()) -> str:
+        """d with the symptoms it explains nested (a symptom may explain another: a slow replica, its leaders' ISR
+        churn), none twice on one path."""
+        under = [s for s in symptoms if id(s) not in path and d.explains(s)]
+        explained.update(id(s) for s in under)
+        nested = "".join(one(s, path | {id(d)}) for s in under)
+        return diagnosis_html(d, now[(d.rule.id, d.subject)], history, state, fault,
+                              "<h3>explains</h3>" + nested if nested else "")
 
-    for c in causes:
-        under = [s for s in symptoms if c.explains(s)]
-        explained |= {id(s) for s in under}
-        nested = ("<h3>explains</h3>" + "".join(one(s) for s in under)) if under else ""
-        parts.append(one(c, nested))
-    alone = [s for s in symptoms if id(s) not in explained]
-    sections = [("Causes", "".join(parts)), ("Symptoms no known cause explains", "".join(one(s) for s in alone)),
+    parts = [one(c) for c in causes]
+    # A symptom another symptom explains shows under it; the rest stand alone unless a cause explains them.
+    tops = [(s, one(s)) for s in symptoms if not any(o.explains(s) for o in symptoms)]
+    alone = [html for s, html in tops if id(s) not in explained]
+    sections = [("Causes", "".join(parts)), ("Symptoms no known cause explains", "".join(alone)),
                 ("Configuration lints", "".join(one(d) for d in lints))]
     body = "".join(f"<h2>{title}</h2>{html}" for title, html in sections if html)
     return body or '<p class="none">Nothing to report: no rule holds.</p>'

@@ -52,7 +52,7 @@ def render_text(state: State, color: bool = False) -> str:
     placed: set[int] = set()
     for s in symptoms:
         lines += ["", *_block(s, "", color)]
-        explaining = [c for c in causes if c.explains(s)]
+        explaining = [c for c in [*causes, *symptoms] if c.explains(s)]
         if explaining:
             lines.append("  explained by:")
             for c in explaining:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.analysis.kafka_signals import broker_signals, cluster_signals, per_1k
+from kdiag.analysis.broker_signals import broker_signals
+from kdiag.analysis.kafka_signals import cluster_signals
+from kdiag.analysis.signals import per_1k
 from kdiag.core.history import History
 from kdiag.core.sample import COUNTER, GAUGE, Sample, sample
 

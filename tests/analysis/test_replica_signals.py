@@ -53,3 +53,11 @@ def test_no_pairs_no_probe_signals():
     history = History(300.0)
     history.add(1000.0, [sample("kdiag_kafka_replica_fetch_max_lag", 0.0, GAUGE, broker_id=1)])
     assert replica_fields(history, 30.0)["1"]["replica_probe_p90_seconds"] is None
+
+
+def test_what_the_slow_broker_is_slow_at_and_whom_it_holds_back():
+    out = fields()
+    assert out["3"]["replica_slow_at"] == ("fetching as broker 1's follower (p90 0.423 s), appending and acking as "
+                                          "broker 2's leader (p90 0.423 s)")
+    assert out["3"]["reaches_brokers"] == "1,2"  # the leader of its pair, and both brokers answering produce requests
+    assert out["1"]["reaches_brokers"] == "2"  # the leader of the pair it follows, which has produce remote time too

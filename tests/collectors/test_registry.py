@@ -36,7 +36,7 @@ def test_every_collector_class_is_registered_under_its_name():
     registered = discover()
     assert set(registered) == collector_classes()
     assert {"diskstats", "processes", "cgroup_cpu", "kafka_admin", "kafka_jmx"} <= set(registered)
-    assert {n for n, r in registered.items() if r.kafka_source} == {"kafka_admin", "kafka_jmx"}
+    assert {n for n, r in registered.items() if r.kafka_source} == {"kafka_admin", "kafka_jmx", "probe"}
 
 
 def test_the_cycle_runs_collectors_by_name_and_the_broker_readers_after_processes():

@@ -17,6 +17,7 @@ from kdiag.collectors.kafka.jmx import KafkaJmxCollector
 from kdiag.core.archive import KAFKA_STATE_VERSION
 from kdiag.core.root import Root, SnapshotRoot
 from kdiag.kafka.state import ADMIN, JMX, read_admin_state, read_jmx_state
+from kdiag.collectors.kafka.probe_samples import SOURCE as PROBE, read_probe_state
 from kdiag.recording.recording import Recording, record
 from kdiag.runtime.pipeline import CollectorSet
 from tests import paths
@@ -25,9 +26,10 @@ pytestmark = pytest.mark.unit
 
 TESTS = paths.TESTS
 FIXTURES = TESTS / "fixtures" / "kafka"
-READERS: dict[str, Callable[[object, int], object]] = {ADMIN: read_admin_state, JMX: read_jmx_state}
-# Host states recordings keep in kafka.json too; their collectors check them (statvfs.py, loadgen.py).
-CHECKED_BY_COLLECTOR = {"statvfs", "loadgen"}
+READERS: dict[str, Callable[[object, int], object]] = {ADMIN: read_admin_state, JMX: read_jmx_state,
+                                                      PROBE: read_probe_state}
+# Host states recordings keep in kafka.json too; their readers check them (statvfs.py, loadgen.py, brokertrust.py).
+CHECKED_BY_COLLECTOR = {"statvfs", "loadgen", "users"}
 RECORDINGS = sorted(p for p in (TESTS / "recordings").iterdir() if p.is_dir() or p.name.endswith(".tar.gz"))
 
 

@@ -11,7 +11,8 @@ from kdiag.probe import topic as probe_topic
 from kdiag.probe.probe import MAGIC, PAYLOAD, ProbeService
 from kdiag.config.probe import ProbeConfig
 from kdiag.families.family import Family
-from kdiag.probe.metrics import FAMILIES, Histogram
+from kdiag.families.probe import FAMILIES
+from kdiag.probe.metrics import Histogram
 from kdiag.probe.topic import Topology
 from kdiag.core.sample import COUNTER, GAUGE, HISTOGRAM
 from tests.waiting import timed_wait
@@ -74,7 +75,7 @@ def test_service_counts_late_lost_and_reads_past_other_writers():
         return PAYLOAD.pack(MAGIC, svc.run_id.bytes, 0, seq, sent, 1)
 
     for seq, offset in ((0, 5), (1, 6), (2, 8)):
-        svc._settle(0, seq, 100.0, 1, 0.01, offset)  # broker 1 acked seq at offset
+        svc.ledger.settle(0, seq, 100.0, 1, 0.01, offset)  # broker 1 acked seq at offset
     svc._receive(0, 5, ours(0, 100.0), 100.5)
     svc._receive(0, 5, ours(0, 100.0), 100.6)  # read again after an offset reset: not a duplicate
     svc._receive(0, 6, b"another kdiag's message", 101.0)  # seq 1's offset holds something else: lost

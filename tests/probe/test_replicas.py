@@ -7,7 +7,7 @@ from confluent_kafka.admin import AdminClient
 from tests.waiting import timed_wait
 
 from kdiag.config.probe import ProbeConfig
-from kdiag.probe.metrics import FAMILIES
+from kdiag.families.probe import FAMILIES
 from kdiag.probe.probe import ProbeService
 from kdiag.probe.replicas import following, pair_assignment
 from kdiag.probe.topic import Topology

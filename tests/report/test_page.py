@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kdiag.analysis.catalog import load_catalog
+from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.analysis.engine import Engine, EngineState
 from kdiag.app.wiring import replay
 from kdiag.config.settings import load_config
@@ -163,6 +163,25 @@ def test_causes_come_first_with_the_symptoms_they_explain_nested(tmp_path):
     cause = page.index('data-rule="skew"')
     symptom = page.index('data-rule="slow"')
     assert cause < symptom < page.index("</article>", cause)  # inside the cause's article
+
+
+def test_a_symptom_nests_the_symptoms_it_explains_under_the_cause_that_explains_it():
+    slow = {"name": "broker 3", "on_brokers": "3", "reaches_brokers": "1", "replica_probe_vs_peers": 8.4,
+            "replica_probe_p90_seconds": 0.22, "gc_pause_longest_seconds": 2.5}
+    churning = {b: {"name": f"broker {b}", "on_brokers": b, "isr_shrinks_per_second": 0.2} for b in ("1", "2")}
+    signals = {"broker": {"3": slow, **churning}}
+    engine = Engine(load_catalog([default_rules_dir()]))
+    judged = engine.evaluate(engine.evaluate(EngineState(), 0.0, signals), 300.0, signals)
+    page = LivePage(900).update(State("h", 300.0, [], {}, signals, judged.current()), 5.0)[0].decode()
+
+    def article(rule: str, subject: str) -> int:
+        return page.index(f'data-rule="{rule}" data-subject="{subject}"')
+
+    cause = article("broker_gc_pause_long", "broker 3")
+    replica = article("replica_slow", "broker 3")
+    assert cause < replica < article("isr_shrinking", "broker 1") < page.index("Symptoms no known cause explains")
+    assert page.index("Symptoms no known cause explains") < article("isr_shrinking", "broker 2")
+    assert page.count('data-rule="replica_slow"') == 1 and page.count('data-rule="isr_shrinking"') == 2
 
 
 def test_axes_are_the_data_min_and_max_and_a_flat_series_is_flat():

@@ -28,7 +28,7 @@ def report(signals: dict) -> str:
 def section(text: str, head: str) -> str:
     """The lines of one symptom's block, up to the next top-level block."""
     start = text.index(head)
-    end = text.find("\n\n", start)
+    end = text.find("\n\n", start + 2)
     return text[start:end if end >= 0 else None]
 
 
@@ -63,3 +63,18 @@ def test_a_foreign_reader_of_the_log_dirs_explains_a_consumer_group_falling_behi
     block = section(text, "SYMPTOM consumer_lag_growing")
     assert "falls further behind by 800 messages/s" in block
     assert "CAUSE foreign_io_scanner" in block, text
+
+
+SLOW_REPLICA = {"name": "broker 3", "on_brokers": "3", "reaches_brokers": "1", "replica_probe_vs_peers": 8.4,
+                "replica_probe_p90_seconds": 0.22, "gc_pause_longest_seconds": 2.5}
+
+
+def test_a_slow_replica_explains_the_isr_churn_of_the_leaders_it_holds_back_under_its_host_cause():
+    churning = {b: {"name": f"broker {b}", "on_brokers": b, "isr_shrinks_per_second": 0.2} for b in ("1", "2")}
+    text = report({"broker": {"3": SLOW_REPLICA, **churning}})
+    on_1 = section(text, "SYMPTOM isr_shrinking [warning, firing since 1970-01-01 00:00:00] broker 1")
+    assert "explained by:" in on_1 and "SYMPTOM replica_slow" in on_1, text
+    on_2 = section(text, "SYMPTOM isr_shrinking [warning, firing since 1970-01-01 00:00:00] broker 2")
+    assert "replica_slow" not in on_2 and "no known cause holds" in on_2, text  # broker 3 does not reach broker 2
+    slow = section(text, "\n\nSYMPTOM replica_slow")
+    assert "CAUSE broker_gc_pause_long" in slow, text  # the GC pauses on its own broker explain it

@@ -1,10 +1,15 @@
 """replica_slow through the shipped catalog on the probe's replica pair histograms: a broker whose every pair is slow
-(a stalled follower and leader) is named, and no other; pairs slow together, or healthy ones, name nobody."""
+(a stalled follower and leader) is named, and no other; pairs slow together, or healthy ones, name nobody. The drills'
+recordings (made on a 3-broker 2.8.2 ZooKeeper lab by `kdiag drill run NAME --record DIR`, trimmed by
+tests/fixtures/trim_recording.py) replay to the same naming."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable
+
+import pytest
 
 from kdiag.analysis.catalog import default_rules_dir, load_catalog
 from kdiag.analysis.engine import Diagnosis, Engine, EngineState
@@ -14,6 +19,8 @@ from kdiag.core.sample import GAUGE, sample
 from kdiag.probe.metrics import Histogram
 from kdiag.probe.replicas import PAIR_BUCKETS, pair_assignment
 from kdiag.families.probe import PROBE_REPLICA_LATENCY_SECONDS
+from kdiag.cli.main import main
+from tests.paths import RECORDINGS
 
 STEP = 5.0
 WINDOW = 30.0
@@ -84,3 +91,27 @@ def test_every_pair_slow_alike_names_nobody():
     diagnoses, brokers = run(all_slow, 300.0)
     assert named(diagnoses) == []
     assert float(brokers["1"]["replica_probe_p90_seconds"]) > 0.2
+
+
+# Each drill's recording: what broker 3 was slowest at (its pair as leader or as follower first).
+DRILLS = {"follower-stall": "fetching as broker 1's follower", "follower-throttled": "appending and acking as broker 2's leader",
+          "leader-stall": "appending and acking as broker 2's leader"}
+
+
+@pytest.mark.parametrize("name", sorted(DRILLS))
+def test_a_drill_recording_names_broker_3_alone_and_what_it_was_slow_at(name: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["diagnose", "--from", str(RECORDINGS / f"{name}.tar.gz"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["host"] == name
+    assert [(d["subject"], d["state"]) for d in out["diagnoses"] if d["rule"] == "replica_slow"] == [("broker 3", "firing")]
+    assert not [d for d in out["diagnoses"] if d["kind"] == "cause"]  # the recordings hold the cluster, not the host
+    (d,) = [d for d in out["diagnoses"] if d["rule"] == "replica_slow"]
+    assert d["summary"].startswith("broker 3 holds back acks=all writes")
+    assert f"slow at {DRILLS[name]} (p90 " in d["summary"] and "fetching as broker 1's follower" in d["summary"]
+    assert float(d["evidence"]["replica_probe_vs_peers"]) > 3.0
+    # Under acks=all the leaders' probe latency rose with it: the text report puts replica_slow under each.
+    assert main(["diagnose", "--from", str(RECORDINGS / f"{name}.tar.gz")]) == 0
+    blocks = capsys.readouterr().out.split("\n\nSYMPTOM ")
+    high = [b for b in blocks if b.startswith("probe_latency_high")]
+    assert len(high) == sum(x["rule"] == "probe_latency_high" for x in out["diagnoses"])
+    assert all("explained by:\n    SYMPTOM replica_slow" in b and "] broker 3\n" in b for b in high), high

@@ -21,7 +21,7 @@ from kdiag.core.sample import Sample
 from kdiag.families import DECLARED, Family, FamilyPattern, declared_family
 from kdiag.families.own import COORDINATION_AUTHENTICATED, COORDINATION_FOREIGN_MEMBERS, COORDINATION_RECORDS_REFUSED_TOTAL
 from kdiag.kafka.coordination_process import FAMILIES as COORDINATION
-from kdiag.probe.metrics import FAMILIES as PROBE
+from kdiag.families.probe import FAMILIES as PROBE
 from kdiag.recording.recording import Recording
 
 PACKAGE = Path(kdiag.__file__).parent

@@ -92,7 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # --all: every drill this lab can run; the container ones need a lab of their own kind.
         drills = [d for d in drills if not d.containers]
     refused = {d.name: r for d in drills if target is not None and (r := d.refusal(target))}
-    runner = Runner(target, args.timeout, _say, args.alertmanager or "", args.serial)
+    runner = Runner(target, args.timeout, _say, args.alertmanager or "", args.serial,
+                    Path(args.record) if args.record else None)
     results = runner.run([d for d in drills if d.name not in refused])
     results += [DrillResult(n, BY_NAME[n].expected, reverted=True, error=f"refused: {r}") for n, r in refused.items()]
     if args.json:
@@ -136,5 +137,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--alertmanager", metavar="URL", help="push diagnoses there and wait for each drill's alert")
     p.add_argument("--serial", action="store_true",
                    help="one drill at a time (by default drills on their own topics or groups run at once)")
+    p.add_argument("--record", metavar="DIR", help="also record the Kafka and probe states the drills' monitor reads, "
+                   "one snapshot a second, into DIR (new): a recording `kdiag diagnose --from` replays")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a diagnosis (default 300)")
     p.set_defaults(func=cmd_run)

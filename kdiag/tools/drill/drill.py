@@ -24,6 +24,7 @@ from kdiag.collectors.host.processes import ProcessesCollector
 from kdiag.collectors.host.schedstat import SchedstatCollector
 from kdiag.collectors.host.stat import StatCollector
 from kdiag.collectors import Collector
+from kdiag.collectors.kafka.probe_samples import ProbeSamplesCollector
 from kdiag.config.probe import ProbeConfig
 from kdiag.config.settings import load_config
 from kdiag.app.wiring import kafka_collectors, load_rules
@@ -34,7 +35,10 @@ from kdiag.tools.drill.catalog import Drill
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.probe.probe import ProbeService
 from kdiag.report.html import Timeline, frozen
+from kdiag.core.outfile import check_output_dir
 from kdiag.core.root import Root
+from kdiag.core.sample import Sample
+from kdiag.recording.recording import Recorder
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +80,7 @@ def alerted_rules(alertmanager: str) -> set[str]:
 class Monitor:
     """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
 
-    def __init__(self, target: Target, alertmanager: str = "", thread_waits: bool = False):
+    def __init__(self, target: Target, alertmanager: str = "", record: Path | None = None, thread_waits: bool = False):
         overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
                      "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
                      "kafka.configs_interval": "0s",  # the config drills need each change seen at once
@@ -95,7 +99,8 @@ class Monitor:
                                  CgroupMemoryCollector(brokers)]
         if thread_waits:  # the brokers' run-queue wait (broker_threads_waiting), for a benchmark on a loaded host
             host.append(SchedstatCollector(brokers))
-        collectors = CollectorSet(host + list(kafka_collectors(config).values()))
+        probe = ProbeSamplesCollector(self._probe_samples)
+        collectors = CollectorSet(host + list(kafka_collectors(config).values()) + [probe])
         self.pipeline = Pipeline(collectors, self.rules, "drill", window=SIGNAL_WINDOW_SECONDS, collector_timeout=20.0)
         self.states: list[State] = []
         self.probe: ProbeService | None = None  # a drill's synthetic probe, whose samples join each step
@@ -105,14 +110,26 @@ class Monitor:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="drill-monitor", daemon=True)
+        self.recorder: Recorder | None = None
+        if record is not None:
+            check_output_dir(record)
+            record.mkdir(parents=True)
+            # The cluster's and the probe's states only: the host files of this busy machine would make it huge.
+            self.recorder = Recorder(record, CYCLE_SECONDS, "drill", files=False)
+
+    def _probe_samples(self) -> list[Sample]:
+        probe = self.probe
+        return probe.samples() if probe else []
+
+    def _step(self, root: Root) -> State:
+        return self.recorder.snapshot(root, self.pipeline.step) if self.recorder else self.pipeline.step(root)
 
     def _run(self) -> None:
         root = Root()
         while not self._stop.is_set():
             start = time.monotonic()
-            probe = self.probe
             try:
-                state = self.pipeline.step(root, [probe.samples()] if probe else None)
+                state = self._step(root)
             except Exception as e:  # one failed step must not end the watch
                 log.warning("drill monitor step failed: %s", e)
             else:
@@ -123,7 +140,7 @@ class Monitor:
             self._stop.wait(max(0.0, CYCLE_SECONDS - (time.monotonic() - start)))
 
     def use_probe(self, probe: ProbeService | None) -> None:
-        """Join this probe's samples to each step from the next on (None: no probe's)."""
+        """Collect this probe's samples at each step from the next on (None: no probe's)."""
         self.probe = probe
 
     def start(self) -> None:
@@ -152,9 +169,10 @@ class Runner:
     """Runs drills one after another over one Monitor; faults are reverted whatever happens."""
 
     def __init__(self, target: Target | None, timeout: float = 300.0, progress: Callable[[str], None] = print,
-                 alertmanager: str = "", serial: bool = False):
+                 alertmanager: str = "", serial: bool = False, record: Path | None = None):
         self.target = target
         self.serial = serial
+        self.record = record
         self.alertmanager = alertmanager.rstrip("/")
         self.timeout = timeout
         self.progress = progress
@@ -213,7 +231,7 @@ class Runner:
                     if self.monitor is None:
                         if leftover := delete_leftover_topics(self._live_target()):
                             self.progress(f"deleted {len(leftover)} drill topic(s) an earlier run left: {', '.join(leftover)}")
-                        self.monitor = Monitor(self._live_target(), self.alertmanager)
+                        self.monitor = Monitor(self._live_target(), self.alertmanager, self.record)
                         self.monitor.start()
                     wave_results = [DrillResult(d.name, list(d.expected), rule_for_seconds=rule_for(self.monitor.rules, d),
                                                 intervals=dict(LIVE_INTERVALS)) for d in wave]
