@@ -11,6 +11,7 @@ import sys
 import time
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -136,7 +137,7 @@ def test_an_agent_on_another_network_namespaces_loopback_is_read_from_inside_it(
     url = f"http://127.0.0.1:{port}/metrics"
     inside = outside = None
     try:
-        wait_until(lambda: b"http.server" in open(f"/proc/{server.pid}/cmdline", "rb").read(), 30, "the server")
+        wait_until(lambda: b"http.server" in Path(f"/proc/{server.pid}/cmdline").read_bytes(), 30, "the server")
         inside = ExporterReader(f"{url}@netns:{server.pid}", 0.2, QUERIES, ATTRIBUTES, timeout=5)
         values = wait_until(lambda: inside.wait_row(time.monotonic() + 1, 10), 30,
                             "the agent's values from inside")
