@@ -124,8 +124,12 @@ def _exporter_url(argv: list[str], read: Callable[[str], str], problems: list[st
         return ""
     try:
         problem = agent_config_problem(yamlsafe.parse(read(agent.config), agent.config))
-    except (OSError, ValueError, yamlsafe.YamlError) as e:
-        problem = f"cannot read its config ({e.strerror if isinstance(e, OSError) else e})"
+    except OSError as e:
+        problem = f"cannot read its config ({e.strerror or 'error'})"
+    except yamlsafe.YamlError as e:  # neither its path nor its text is shown: a file that may hold its password
+        problem = f"its config is not YAML kdiag reads (line {e.line})"
+    except ValueError:
+        problem = f"its config is larger than {MAX_PROPERTIES_BYTES} bytes"
     if problem:
         problems.append(f"its jmx_exporter agent (port {agent.port}) is not read: {problem}")
         return ""

@@ -346,6 +346,7 @@ AGENT = "-javaagent:/opt/jmx/jmx_prometheus_javaagent-1.0.1.jar=9404:/opt/jmx/co
     ("lowercaseOutputName: true\n", ""),
     ("rules:\n  - pattern: 'kafka.server<type=(.+)><>Value'\n    name: kafka_server_$1\n", ""),
     ("httpServer:\n  authentication:\n    basic:\n      username: u\n", ""),
+    ("password: s3cret\nrules: [\n", ""),
 ])
 def test_a_jmx_exporter_agent_is_the_jmx_endpoint_when_it_serves_the_default_names(tmp_path, caplog, config, url):
     argv = [*broker_argv()[:1], AGENT, *broker_argv()[1:]]
@@ -358,6 +359,7 @@ def test_a_jmx_exporter_agent_is_the_jmx_endpoint_when_it_serves_the_default_nam
         assert f"broker discovery: kafka.jmx = {url} (-javaagent of pid 2000)" in caplog.messages
     else:
         assert any("its jmx_exporter agent (port 9404) is not read" in m for m in caplog.messages)
+        assert not any("s3cret" in m for m in caplog.messages)
 
 
 @pytest.mark.parametrize(("arg", "agent"), [
