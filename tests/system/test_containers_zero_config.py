@@ -1,7 +1,9 @@
 """Issue 32's acceptance: `kdiag run` on the host with no config at all, on a 3-broker `--containers` lab whose node 1
 runs the jmx_exporter agent and nodes 2 and 3 do not, finds every broker, trusts each (a container's), maps each log
 dir to its host disk, reads JMX both ways (the agent over HTTP and JmxTool, each in the broker's network namespace)
-with every Kafka collector at 1, and still refuses a look-alike a local user started in namespaces of its own.
+with every Kafka collector at 1, and still refuses a look-alike a local user started in namespaces of its own; and
+the drills' kdiag, given no config either (`kdiag drill run --discover`), names forced-fsync, broker-throttled and the
+container-memory fault.
 
 This machine runs other Kafka labs (other clusters): with no config kdiag rightly reads none of several clusters'
 brokers, so when there are any the test's kdiag gets a /proc without them (`--procfs`: every entry of /proc linked but
@@ -9,6 +11,7 @@ those brokers'), as the DaemonSet's kdiag gets the host's /proc at /host/proc.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -26,7 +29,6 @@ from tests.waiting import wait_until
 from kdiag.tools.lab import containers, lab
 from kdiag.tools.lab.info import LabInfo
 
-pytestmark = pytest.mark.kafka
 BASE = 15092  # ports and a subnet apart from every other lab of the run
 USER_UID = 1000  # an ordinary local user
 LOOK_ALIKE_CONFIG = f"/etc/kafka/look-alike-{secrets.token_hex(4)}.properties"
@@ -94,6 +96,7 @@ def host_disk(path: Path) -> str:
     return dev.parent.name if (dev / "partition").exists() else dev.name
 
 
+@pytest.mark.kafka
 def test_kdiag_run_with_no_config_finds_trusts_maps_and_reads_every_container_broker(
         container_lab: LabInfo, look_alike: int, tmp_path: Path) -> None:
     pids = {n: container_lab["pids"][str(n)] for n in (1, 2, 3)}
@@ -139,3 +142,17 @@ def test_kdiag_run_with_no_config_finds_trusts_maps_and_reads_every_container_br
     assert f"broker discovery: kafka.bootstrap_servers = {container_lab['bootstrap']} (" in text
     assert any(f'pid="{look_alike}"' in s and f"it runs as uid {USER_UID}" in s for s in refused), refused
     assert f"broker discovery: pid {look_alike} looks like a Kafka broker but is not used" in text
+
+
+@pytest.mark.drills
+def test_the_container_drills_are_named_by_a_kdiag_with_no_config(container_lab: LabInfo, tmp_path: Path) -> None:
+    foreign = set(pids_of("kafka.Kafka")) - {int(p) for p in container_lab["pids"].values()}
+    drills = ["forced-fsync", "broker-throttled", "container-memory"]
+    run = subprocess.run([sys.executable, "-m", "kdiag", "drill", "run", *drills, "--serial", "--json", "--discover",
+                          *procfs_without(tmp_path, foreign)], capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "KDIAG_LAB_DIR": container_lab["dir"]})
+    results = json.loads(run.stdout or "[]")
+    print(json.dumps(results, indent=1))  # the timings, for the log
+    assert [r["name"] for r in results] == drills, run.stderr[-3000:]
+    for r in results:
+        assert r["passed"] and r["detected"] and r["reverted"] and r["false_attributions"] == [], r
