@@ -88,11 +88,15 @@ def host_path(theirs: list[Mount], ours: list[Mount], path: str) -> str | None:
 
 class Placed(NamedTuple):
     """A log dir as found: its path on this host's mounts (as the process sees it when this host does not mount it),
-    and then the filesystem's major:minor and mount source, which still name its disk."""
+    and then the filesystem's major:minor, mount source, type and mountpoint in the process's namespace, which still
+    name its disk, and the process's root (/proc/PID/root) through which this host reaches it."""
 
     path: str
     device: str = ""
     source: str = ""
+    fstype: str = ""
+    mountpoint: str = ""
+    rootfs: str = ""
 
 
 def place(root: Root, pid: int, paths: list[str]) -> list[Placed]:
@@ -108,7 +112,8 @@ def place(root: Root, pid: int, paths: list[str]) -> list[Placed]:
         if (mapped := host_path(theirs, ours, path)) is not None:
             out.append(Placed(mapped))
         elif (m := mount_of(theirs, os.path.normpath(path))) is not None:
-            out.append(Placed(os.path.normpath(path), m.device, m.source))
+            out.append(Placed(os.path.normpath(path), m.device, m.source, m.fstype, m.mountpoint,
+                              f"{root.proc}/{pid}/root"))
     return out
 
 

@@ -117,6 +117,15 @@ def load(path: str | Path) -> Any:
     return construct(compose(path)[1], path)
 
 
+def parse(text: str, path: str | Path) -> Any:
+    """The Python value of YAML text read elsewhere (another process's file), with compose()'s bounds."""
+    try:
+        node = _Loader(text).get_single_node()
+    except yaml.YAMLError as e:
+        raise _error(path, text, e) from None
+    return construct(node, path)
+
+
 def _error(path: str | Path, text: str, e: yaml.YAMLError) -> YamlError:
     """One line, position first, from PyYAML's multi-line messages."""
     if isinstance(e, yaml.reader.ReaderError):  # a control character: binary data

@@ -15,6 +15,9 @@ import time
 
 import urllib3
 
+from kdiag.core.netns import enter_net
+from kdiag.kafka.jmx_reader import split_netns
+
 MAX_BYTES = 32 * 2**20  # a broker with 10,000 partitions serves ~10 MB in the agent's default names
 MAX_LINE = 64 * 1024
 LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ([^ ]+)(?: -?[0-9]+)?")
@@ -114,13 +117,16 @@ def to_values(samples: list[tuple[str, dict[str, str], float]], queries: tuple[s
 
 
 class ExporterReader:
-    """A thread polling one jmx_exporter endpoint; the same reading interface as JmxReader."""
+    """A thread polling one jmx_exporter endpoint; the same reading interface as JmxReader. An "@netns:PID" after
+    the URL: the thread joins that process's network namespace first (a container broker's agent on its own
+    loopback), so its connections are made there, with no program run."""
 
     legacy = False
 
     def __init__(self, url: str, poll_interval: float, queries: tuple[str, ...], attributes: tuple[str, ...],
                  timeout: float = 10.0):
         self.url = url
+        self._target, self._netns = split_netns(url)
         self.started = time.monotonic()
         self.latest: tuple[float, dict[str, float]] | None = None
         self.error = ""
@@ -134,7 +140,7 @@ class ExporterReader:
 
     def fetch(self) -> dict[str, float]:
         """One scrape, mapped; ValueError or urllib3's errors when it fails."""
-        response = self._pool.request("GET", self.url, preload_content=False, redirect=False,
+        response = self._pool.request("GET", self._target, preload_content=False, redirect=False,
                                       timeout=urllib3.Timeout(total=self.timeout))
         try:
             if response.status != 200:
@@ -149,6 +155,12 @@ class ExporterReader:
                          self.attributes)
 
     def _run(self) -> None:
+        if self._netns is not None:
+            try:
+                enter_net(self._netns)
+            except OSError as e:  # the thread ends: the collector tries a new reader later
+                self.error = f"{self.url}: cannot join the network namespace of pid {self._netns}: {e.strerror or e}"
+                return
         while not self._stop.is_set():
             try:
                 values = self.fetch()

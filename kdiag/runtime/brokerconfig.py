@@ -71,6 +71,50 @@ def jvm_options(argv: list[str]) -> tuple[dict[str, str], str, list[str]]:
     return props, classpath, argv[main + 1 :]
 
 
+AGENT_JAR = "jmx_prometheus_javaagent"
+# The agent's own argument syntax: [HOST:]PORT:CONFIG (HOST a name, an IPv4 address or a bracketed IPv6 one).
+_AGENT_ARGS = re.compile(r"(?:([A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):)?(\d{1,5}):(.+)")
+
+
+@dataclass(frozen=True)
+class Agent:
+    """The Prometheus jmx_exporter java agent a JVM runs: where it serves and its config file."""
+
+    host: str  # where kdiag reaches it in the JVM's network namespace (loopback when it binds every address)
+    port: int
+    config: str  # as the JVM names it (relative to its cwd)
+
+
+def jmx_exporter_agent(argv: list[str]) -> Agent | None:
+    """The jmx_exporter agent of a `java ... kafka.Kafka` argv (`-javaagent:.../jmx_prometheus_javaagent*.jar=ARGS`)."""
+    for arg in argv[1:argv.index(BROKER_MAIN_CLASS)]:
+        jar, _, args = arg.removeprefix("-javaagent:").partition("=")
+        if not arg.startswith("-javaagent:") or not jar.rsplit("/", 1)[-1].startswith(AGENT_JAR):
+            continue
+        m = _AGENT_ARGS.fullmatch(args)
+        if m and 0 < int(m[2]) < 65536:
+            return Agent(WILDCARD_HOSTS.get(m[1] or "", m[1] or ""), int(m[2]), m[3])
+    return None
+
+
+def agent_config_problem(config: object) -> str:
+    """Why kdiag cannot map what an agent with this (parsed YAML) config serves, "" when it can: the default names
+    (every rule without a `name`, none lowercased) over plain HTTP without a password."""
+    if config is None:
+        return ""
+    if not isinstance(config, dict):
+        return "its config is not a YAML mapping"
+    if config.get("lowercaseOutputName") or config.get("lowercaseOutputLabelNames"):
+        return "its config lowercases names (kdiag maps the agent's default names only)"
+    rules = config.get("rules") or []
+    if not isinstance(rules, list) or any(not isinstance(r, dict) or "name" in r for r in rules):
+        return "its rules rename the MBeans (kdiag maps the agent's default names only)"
+    server = config.get("httpServer")
+    if isinstance(server, dict) and ({"authentication", "ssl"} & set(server)):
+        return "its HTTP server wants a password or TLS"
+    return ""
+
+
 def kafka_settings(args: list[str], read: Callable[[str], str]) -> tuple[str, dict[str, str]]:
     """(properties file, its settings with `--override k=v` applied) from the arguments after kafka.Kafka."""
     if not args or args[0].startswith("-"):

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdiag.core.procfs import BROKER_MAIN_CLASS, parse_cmdline, process_uids
-from kdiag.runtime.brokerconfig import (JMX, Listener, env_settings, jmx_endpoint, jvm_options, kafka_settings,
-                                       parse_listeners, parse_properties)
+from kdiag.runtime.brokerconfig import (JMX, Listener, agent_config_problem, env_settings, jmx_endpoint,
+                                       jmx_exporter_agent, jvm_options, kafka_settings, parse_listeners,
+                                       parse_properties)
+from kdiag.core import yamlsafe
 from kdiag.core.safeio import read_in_root, read_regular
 from kdiag.config.settings import Config
 from kdiag.core.root import Root
@@ -43,6 +45,7 @@ class Broker:
     properties_path: str = ""
     node_id: int | None = None
     node_id_source: str = ""  # where node_id was read: node.id or broker.id in server.properties, or meta.properties
+    cluster_id: str = ""  # cluster.id in its first log dir's meta.properties ("" before it is formatted or unreadable)
     zookeeper: bool = False  # ZooKeeper mode (zookeeper.connect set, no process.roles): a 2.x-3.x broker
     listeners: list[Listener] = field(default_factory=list)  # client listeners (controller listeners left out)
     ports: set[int] = field(default_factory=set)  # every port it listens on, controller ports included
@@ -50,6 +53,7 @@ class Broker:
     jmx: str = ""  # host:port, "@netns:PID" after it when the process has a network namespace of its own
     jmx_auth: bool = False  # the JMX port wants a password
     jmx_ssl: bool = False  # the JMX port speaks TLS
+    jmx_exporter: str = ""  # its jmx_exporter agent's URL when kdiag can map what it serves; "@netns:PID" as jmx
     classpath: str = ""
     owners: frozenset[int] = frozenset({0})  # whose files of its kdiag may run: root's and its own uid's
     rootfs: str = ""  # /proc/PID/root when it runs in another mount namespace than kdiag: its files are there
@@ -94,11 +98,42 @@ def read_broker(root: Root, pid: int, argv: list[str]) -> Broker:
         jmx, jmx_auth, jmx_ssl = jmx_endpoint(props, read)
     except OSError as e:
         problems.append(f"cannot read its JMX config file ({e.strerror or e})")
+    exporter = _exporter_url(argv, read, problems)
+    cluster_id = _cluster_id(log_dirs, read)
     # kafka-run-class.sh builds it from its own path (bin/../libs/x.jar): relative entries are the broker's cwd's.
     return Broker(pid, properties_path=properties_path, node_id=node_id, node_id_source=node_id_source,
-                  zookeeper=zookeeper, listeners=listeners, ports=ports, log_dirs=log_dirs, jmx=jmx, jmx_auth=jmx_auth,
-                  jmx_ssl=jmx_ssl, classpath=":".join(absolute(e) for e in classpath.split(":") if e),
+                  cluster_id=cluster_id, zookeeper=zookeeper, listeners=listeners, ports=ports, log_dirs=log_dirs,
+                  jmx=jmx, jmx_auth=jmx_auth,
+                  jmx_ssl=jmx_ssl, jmx_exporter=exporter, classpath=":".join(absolute(e) for e in classpath.split(":") if e),
                   controller_only="broker" not in roles, problems=problems)
+
+
+def _cluster_id(log_dirs: list[str], read: Callable[[str], str]) -> str:
+    """cluster.id in the first log dir's meta.properties when it looks like one (a UUID's base64 or a name)."""
+    try:
+        value = parse_properties(read(os.path.join(log_dirs[0], "meta.properties"))).get("cluster.id", "").strip()
+    except (IndexError, OSError, ValueError):
+        return ""
+    return value if re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", value) else ""
+
+
+def _exporter_url(argv: list[str], read: Callable[[str], str], problems: list[str]) -> str:
+    """The URL of the process's jmx_exporter agent when its config keeps the names kdiag maps, else ""."""
+    agent = jmx_exporter_agent(argv)
+    if agent is None:
+        return ""
+    try:
+        problem = agent_config_problem(yamlsafe.parse(read(agent.config), agent.config))
+    except OSError as e:
+        problem = f"cannot read its config ({e.strerror or 'error'})"
+    except yamlsafe.YamlError as e:  # neither its path nor its text is shown: a file that may hold its password
+        problem = f"its config is not YAML kdiag reads (line {e.line})"
+    except ValueError:
+        problem = f"its config is larger than {MAX_PROPERTIES_BYTES} bytes"
+    if problem:
+        problems.append(f"its jmx_exporter agent (port {agent.port}) is not read: {problem}")
+        return ""
+    return f"http://{agent.host}:{agent.port}/metrics"
 
 
 def _read_node_id(settings: dict[str, str], properties_path: str, zookeeper: bool, log_dirs: list[str], read: Callable[[str], str],
@@ -179,8 +214,9 @@ def find_brokers(root: Root, trust: BrokerTrust | None = None) -> list[Broker]:
         except (OSError, ValueError):
             owners = frozenset({0})
         broker = read_broker(root, pid, argv)
-        if broker.jmx and _other_namespace(root, pid, "net"):  # its JMX port is on its own loopback: reached there
-            broker = dataclasses.replace(broker, jmx=f"{broker.jmx}@netns:{pid}")
+        if _other_namespace(root, pid, "net"):  # its JMX and agent ports are in its namespace: reached there
+            broker = dataclasses.replace(broker, jmx=broker.jmx and f"{broker.jmx}@netns:{pid}",
+                                         jmx_exporter=broker.jmx_exporter and f"{broker.jmx_exporter}@netns:{pid}")
         brokers.append(dataclasses.replace(broker, owners=owners, rootfs=_rootfs(root, pid)))
     return brokers
 
@@ -213,26 +249,28 @@ def _host_classpath(root: Root, broker: Broker) -> str:
     return fallback if why_untrusted_classpath(mapped, broker.owners) else mapped
 
 
-def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[Broker | None, str]:
-    """The local broker among the processes found, or None and why: config narrows (bootstrap ports, node id)."""
+def choose(brokers: list[Broker], bootstrap: str, local_broker_id: int | None) -> tuple[list[Broker], str]:
+    """The brokers of this host kdiag reads, or [] and why: config narrows (bootstrap ports, node id); with no
+    narrowing every broker of the host, so long as they are of one cluster (their log dirs' cluster.id)."""
     found = [b for b in brokers if not b.controller_only]
     if not found:
-        return None, "no Kafka broker process on this host: host collectors only, Kafka and the probe as configured"
+        return [], "no Kafka broker process on this host: host collectors only, Kafka and the probe as configured"
     if bootstrap:
         ports = {int(p) for p in re.findall(r":(\d{1,5})(?:,|$)", bootstrap.replace(" ", ""))}
         found = [b for b in found if b.ports & ports]
         if not found:
-            return None, "no broker process on this host listens on a port of kafka.bootstrap_servers: local broker unknown"
+            return [], "no broker process on this host listens on a port of kafka.bootstrap_servers: local broker unknown"
     if local_broker_id is not None:
         found = [b for b in found if b.node_id == local_broker_id]
         if not found:
             narrowed = " among those on kafka.bootstrap_servers' ports" if bootstrap else ""
-            return None, f"no broker process on this host has node.id {local_broker_id}{narrowed}"
-    if len(found) > 1:
-        which = ", ".join(f"pid {b.pid} node.id {b.node_id} ({b.properties_path})" for b in found)
-        return None, (f"{len(found)} broker processes on this host ({which}): set kafka.local_broker_id or "
-                      "kafka.bootstrap_servers to say which one is this host's")
-    return found[0], ""
+            return [], f"no broker process on this host has node.id {local_broker_id}{narrowed}"
+    if len({b.cluster_id for b in found}) > 1:
+        which = ", ".join(f"pid {b.pid} node.id {b.node_id} cluster {b.cluster_id or 'unknown'} ({b.properties_path})"
+                          for b in found)
+        return [], (f"{len(found)} broker processes of different clusters on this host ({which}): set "
+                    "kafka.bootstrap_servers (or kafka.local_broker_id) to say which are this host's")
+    return found, ""
 
 
 def _classpath_summary(classpath: str) -> str:
@@ -241,28 +279,21 @@ def _classpath_summary(classpath: str) -> str:
     return f"{len(entries)} entries in {', '.join(dirs[:3])}{' ...' if len(dirs) > 3 else ''}"
 
 
-def discover(config: Config, root: Root) -> Config:
-    """config with its unset Kafka items filled from the local broker process; one log line per item."""
-    try:
-        brokers = find_brokers(root, BrokerTrust(config.kafka.broker_user))
-    except OSError as e:  # a wrong --procfs: the collectors say so too; discovery is only a convenience
-        log.warning("broker discovery: cannot list the processes (%s)", e.strerror or e)
-        return config
-    for refused in (b for b in brokers if b.refused):
-        log.warning("broker discovery: pid %d looks like a Kafka broker but is not used: %s", refused.pid, refused.refused)
-    brokers = [b for b in brokers if not b.refused]
-    broker, why = choose(brokers, config.kafka.bootstrap_servers, config.kafka.local_broker_id)
-    if broker is None:
-        log.info("broker discovery: %s", why)
-        return config
-    where = broker.properties_path
-    log.info("broker discovery: local broker is pid %d (%s)%s", broker.pid, where,
-             ", ZooKeeper mode (zookeeper.connect)" if broker.zookeeper else "")
-    for problem in broker.problems:
-        log.warning("broker discovery: pid %d: %s", broker.pid, problem)
-    kafka, processes = config.kafka, config.processes
-    found: dict[str, tuple[object, str, str]] = {}  # config key -> (value, how it is shown, where it came from)
+def _merge(found: dict[str, tuple[Any, str, str]], more: dict[str, tuple[Any, str, str]]) -> None:
+    """One broker's settings added to those of the brokers before it: addresses, endpoints and log dirs joined."""
+    for key, (value, shown, source) in more.items():
+        if key not in found or key in ("kafka.local_broker_id", "kafka.jmx_classpath"):  # any broker's jars do
+            found.setdefault(key, (value, shown, source))
+            continue
+        old, old_shown, old_source = found[key]
+        joined = f"{old},{value}" if isinstance(value, str) else [*old, *(v for v in value if v not in old)]
+        found[key] = (joined, f"{old_shown},{shown}", f"{old_source}; {source}")
 
+
+def _found(config: Config, root: Root, broker: Broker) -> dict[str, tuple[Any, str, str]]:
+    """The config items one broker process gives: config key -> (value, how it is shown, where it came from)."""
+    kafka, where = config.kafka, broker.properties_path
+    found: dict[str, tuple[Any, str, str]] = {}
     if broker.node_id is not None:
         found["kafka.local_broker_id"] = (broker.node_id, str(broker.node_id), broker.node_id_source)
     protocol = kafka.client_settings.protocol()
@@ -287,8 +318,9 @@ def discover(config: Config, root: Root) -> Config:
         log.info("broker discovery: processes.log_dirs left to the processes collector: this host does not mount "
                  "every log dir of pid %d (%s), which its open files name by their disk", broker.pid,
                  ",".join(broker.log_dirs))
-    if broker.jmx:
-        source = f"-D{JMX}port of pid {broker.pid}"
+    if broker.jmx_exporter:  # no JVM of kdiag's, no JMX password or TLS to hand over
+        found["kafka.jmx"] = ([broker.jmx_exporter], broker.jmx_exporter, f"-javaagent of pid {broker.pid}")
+    elif broker.jmx:
         if kafka.jmx_username and not kafka.jmx:
             log.warning("broker discovery: kafka.jmx_username is set: set kafka.jmx (the broker's: %s) rather than send "
                         "the JMX password to a discovered address", broker.jmx)
@@ -298,20 +330,44 @@ def discover(config: Config, root: Root) -> Config:
         elif broker.jmx_ssl and not kafka.jmx_ssl:
             log.warning("broker discovery: JMX %s speaks TLS: not used; set kafka.jmx_ssl and kafka.jmx_truststore", broker.jmx)
         else:
-            found["kafka.jmx"] = ([broker.jmx], broker.jmx, source)
-    if broker.classpath:
+            found["kafka.jmx"] = ([broker.jmx], broker.jmx, f"-D{JMX}port of pid {broker.pid}")
+    if broker.classpath and not broker.jmx_exporter:
         # Root runs JmxTool from these jars: only when no one but root and the broker's user can change them; a
         # container's are its root's (through /proc/PID/root), with no link a host path walk would read otherwise.
-        base = broker.rootfs
-        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, broker.owners, base)
+        untrusted = "" if kafka.jmx_classpath else why_untrusted_classpath(broker.classpath, broker.owners, broker.rootfs)
         if untrusted:
             log.warning("broker discovery: the -cp of pid %d is not used to run JmxTool: %s; set kafka.jmx_classpath to "
                         "Kafka's libs/*", broker.pid, untrusted)
         else:
             classpath = _host_classpath(root, broker)
-            found["kafka.jmx_classpath"] = (classpath, _classpath_summary(classpath),
-                                            f"-cp of pid {broker.pid}")
+            found["kafka.jmx_classpath"] = (classpath, _classpath_summary(classpath), f"-cp of pid {broker.pid}")
+    return found
 
+
+def discover(config: Config, root: Root) -> Config:
+    """config with its unset Kafka items filled from the local broker process; one log line per item."""
+    try:
+        brokers = find_brokers(root, BrokerTrust(config.kafka.broker_user))
+    except OSError as e:  # a wrong --procfs: the collectors say so too; discovery is only a convenience
+        log.warning("broker discovery: cannot list the processes (%s)", e.strerror or e)
+        return config
+    for refused in (b for b in brokers if b.refused):
+        log.warning("broker discovery: pid %d looks like a Kafka broker but is not used: %s", refused.pid, refused.refused)
+    chosen, why = choose([b for b in brokers if not b.refused], config.kafka.bootstrap_servers,
+                         config.kafka.local_broker_id)
+    if not chosen:
+        log.info("broker discovery: %s", why)
+        return config
+    found: dict[str, tuple[object, str, str]] = {}  # config key -> (value, how it is shown, where it came from)
+    for broker in chosen:
+        log.info("broker discovery: %s broker is pid %d (%s)%s", "local" if len(chosen) == 1 else "a local",
+                 broker.pid, broker.properties_path, ", ZooKeeper mode (zookeeper.connect)" if broker.zookeeper else "")
+        for problem in broker.problems:
+            log.warning("broker discovery: pid %d: %s", broker.pid, problem)
+        _merge(found, _found(config, root, broker))
+    if len(chosen) > 1:
+        found.pop("kafka.local_broker_id", None)  # several brokers here: none is "the" local one
+    kafka, processes = config.kafka, config.processes
     current = {"kafka.local_broker_id": kafka.local_broker_id, "kafka.bootstrap_servers": kafka.bootstrap_servers,
                "kafka.jmx": kafka.jmx, "kafka.jmx_classpath": kafka.jmx_classpath, "processes.log_dirs": processes.log_dirs}
     filled: dict[str, Any] = {}

@@ -67,10 +67,12 @@ def test_a_volume_this_host_does_not_mount_is_named_by_its_disk(tmp_path):
     os.symlink("../../block/sdb", tmp_path / "sys" / "dev" / "block" / "8:16")
     root = Root(tmp_path / "proc", tmp_path / "sys")
     placed = place(root, 4242, ["/var/lib/kafka/data", "/opt/kafka/logs"])
-    assert placed == [Placed("/var/lib/kafka/data", "8:16", "/dev/sdb"), Placed("/opt/kafka/logs", "0:66", "overlay")]
+    rootfs = f"{tmp_path}/proc/4242/root"
+    assert placed == [Placed("/var/lib/kafka/data", "8:16", "/dev/sdb", "xfs", "/var/lib/kafka/data", rootfs),
+                      Placed("/opt/kafka/logs", "0:66", "overlay", "overlay", "/", rootfs)]
     assert [dict(s.labels) for s in log_dir_samples(root, placed)] == [
-        {"path": "/var/lib/kafka/data", "device": "sdb", "mountpoint": ""},
-        {"path": "/opt/kafka/logs", "device": "overlay", "mountpoint": ""}]
+        {"path": "/var/lib/kafka/data", "device": "sdb", "mountpoint": f"{rootfs}/var/lib/kafka/data"},
+        {"path": "/opt/kafka/logs", "device": "overlay", "mountpoint": f"{rootfs}/"}]
 
 
 def test_this_machines_mountinfo_parses_and_maps_onto_itself():

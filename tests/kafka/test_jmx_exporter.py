@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,6 +20,7 @@ from kdiag.collectors.kafka import jmx
 from kdiag.collectors.kafka.jmx import ATTRIBUTES, QUERIES, broker_id
 from kdiag.kafka.jmx_exporter import ExporterReader, parse_exposition, to_values
 from tests.paths import FIXTURES
+from tests.waiting import wait_until
 
 TEXT = (FIXTURES / "kafka" / "jmx-exporter-4.4.0.txt").read_text()
 
@@ -118,3 +124,37 @@ def test_the_reader_polls_the_agent_and_keeps_its_error(agent: tuple[str, type[A
         assert "line 1" in reader.error
     finally:
         reader.close()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a network namespace needs root")
+def test_an_agent_on_another_network_namespaces_loopback_is_read_from_inside_it(tmp_path) -> None:
+    (tmp_path / "metrics").write_text(TEXT)
+    port = 17071
+    server = subprocess.Popen(["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "serve",
+                               sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(tmp_path),
+                               str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/metrics"
+    inside = outside = None
+    try:
+        wait_until(lambda: b"http.server" in Path(f"/proc/{server.pid}/cmdline").read_bytes(), 30, "the server")
+        inside = ExporterReader(f"{url}@netns:{server.pid}", 0.2, QUERIES, ATTRIBUTES, timeout=5)
+        values = wait_until(lambda: inside.wait_row(time.monotonic() + 1, 10), 30,
+                            "the agent's values from inside")
+        assert values and broker_id(values) == "1" and len(values) == 120
+        outside = ExporterReader(url, 0.2, QUERIES, ATTRIBUTES, timeout=2)  # this host's loopback has no such port
+        wait_until(lambda: outside.error, 30, "the plain reader's error")
+        assert outside.latest is None
+    finally:
+        for reader in (inside, outside):
+            if reader is not None:
+                reader.close()
+        server.kill()
+        server.wait()
+
+
+@pytest.mark.integration
+def test_a_reader_that_cannot_join_the_namespace_says_so() -> None:
+    reader = ExporterReader("http://127.0.0.1:1/metrics@netns:999999999", 0.2, QUERIES, ATTRIBUTES, timeout=1)
+    reader.close()
+    assert not reader.alive() and "cannot join the network namespace of pid 999999999" in reader.error

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from kdiag.runtime.discovery import choose, discover, find_brokers, parse_properties
+from kdiag.runtime.brokerconfig import Agent, jmx_exporter_agent
 from kdiag.collectors.kafka.jmx import NO_JARS, KafkaJmxCollector
 from kdiag.config.settings import ConfigError, load_config
 from kdiag.core.root import Root, SnapshotRoot
@@ -207,16 +208,35 @@ def test_a_broker_user_that_is_no_user_name_is_refused_by_name(user):
         load_config(overrides={"kafka.broker_user": user})
 
 
-def test_several_brokers_need_the_config_to_say_which_is_local(tmp_path):
-    other = SERVER_PROPERTIES.replace("node.id=3", "node.id=4").replace(":9092", ":9192").replace(":9093", ":9193")
-    root = host(tmp_path, {2000: broker_argv(), 2001: [*broker_argv()[:-1], "config/other.properties"]},
-                {"/opt/kafka/config/server.properties": SERVER_PROPERTIES, "/opt/kafka/config/other.properties": other})
-    brokers = find_brokers(root)
-    assert choose(brokers, "", None)[0] is None
-    assert "2 broker processes on this host" in choose(brokers, "", None)[1]
-    assert choose(brokers, "", 4)[0].pid == 2001
-    assert choose(brokers, "kafka-1.example:9192,kafka-2.example:9192", None)[0].pid == 2001
-    assert choose(brokers, "kafka-1.example:7777", None)[0] is None
+def two_brokers(tmp_path: Path, clusters: tuple[str, str]) -> Root:
+    """Two brokers on one host, each with its own log dir whose meta.properties names its cluster."""
+    other = (SERVER_PROPERTIES.replace("node.id=3", "node.id=4").replace(":9092", ":9192").replace(":9093", ":9193")
+             .replace("/data/1/kafka-logs", "/data/3/kafka-logs"))
+    return host(tmp_path, {2000: broker_argv(), 2001: [*broker_argv()[:-1], "config/other.properties"]},
+                {"/opt/kafka/config/server.properties": SERVER_PROPERTIES, "/opt/kafka/config/other.properties": other,
+                 "/data/1/kafka-logs/meta.properties": f"cluster.id={clusters[0]}\nnode.id=3\n",
+                 "/data/3/kafka-logs/meta.properties": f"cluster.id={clusters[1]}\nnode.id=4\n"})
+
+
+def test_several_brokers_of_one_cluster_are_all_read_and_none_is_the_local_one(tmp_path, caplog):
+    root = two_brokers(tmp_path, ("lab-AAAAAAAAAAAAAAAAAAAA", "lab-AAAAAAAAAAAAAAAAAAAA"))
+    assert [b.pid for b in choose(find_brokers(root), "", None)[0]] == [2000, 2001]
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
+        config = discover(load_config(), root)
+    assert config.kafka.bootstrap_servers == "kafka-3.example:9092,kafka-3.example:9192"
+    assert config.kafka.local_broker_id is None
+    assert config.processes.log_dirs == ["/data/1/kafka-logs", "/data/2/kafka-logs", "/data/3/kafka-logs"]
+    assert "broker discovery: a local broker is pid 2001 (/opt/kafka/config/other.properties)" in caplog.messages
+
+
+def test_brokers_of_different_clusters_need_the_config_to_say_which_are_this_hosts(tmp_path):
+    brokers = find_brokers(two_brokers(tmp_path, ("lab-AAAAAAAAAAAAAAAAAAAA", "other-BBBBBBBBBBBBBBBBBBBB")))
+    assert choose(brokers, "", None)[0] == []
+    assert "2 broker processes of different clusters on this host" in choose(brokers, "", None)[1]
+    assert "cluster other-BBBBBBBBBBBBBBBBBBBB" in choose(brokers, "", None)[1]
+    assert [b.pid for b in choose(brokers, "", 4)[0]] == [2001]
+    assert [b.pid for b in choose(brokers, "kafka-1.example:9192,kafka-2.example:9192", None)[0]] == [2001]
+    assert choose(brokers, "kafka-1.example:7777", None)[0] == []
 
 
 def test_no_jars_anywhere_is_one_clear_reason(monkeypatch):
@@ -315,3 +335,40 @@ def test_a_procfs_that_cannot_be_listed_leaves_the_config_alone(tmp_path, caplog
     config = load_config()
     assert discover(config, Root(tmp_path / "nonexistent", tmp_path)) is config
     assert "broker discovery: cannot list the processes (No such file or directory)" in caplog.text
+
+
+AGENT = "-javaagent:/opt/jmx/jmx_prometheus_javaagent-1.0.1.jar=9404:/opt/jmx/config.yaml"
+
+
+@pytest.mark.parametrize(("config", "url"), [
+    ("rules:\n  - pattern: \".*\"\n", "http://127.0.0.1:9404/metrics"),
+    ("", "http://127.0.0.1:9404/metrics"),
+    ("lowercaseOutputName: true\n", ""),
+    ("rules:\n  - pattern: 'kafka.server<type=(.+)><>Value'\n    name: kafka_server_$1\n", ""),
+    ("httpServer:\n  authentication:\n    basic:\n      username: u\n", ""),
+    ("password: s3cret\nrules: [\n", ""),
+])
+def test_a_jmx_exporter_agent_is_the_jmx_endpoint_when_it_serves_the_default_names(tmp_path, caplog, config, url):
+    argv = [*broker_argv()[:1], AGENT, *broker_argv()[1:]]
+    root = host(tmp_path, {2000: argv}, {"/opt/kafka/config/server.properties": SERVER_PROPERTIES,
+                                         "/opt/jmx/config.yaml": config})
+    with caplog.at_level(logging.INFO, logger="kdiag.runtime.discovery"):
+        found = discover(load_config(), root)
+    assert found.kafka.jmx == ([url] if url else ["127.0.0.1:9999"])
+    if url:
+        assert f"broker discovery: kafka.jmx = {url} (-javaagent of pid 2000)" in caplog.messages
+    else:
+        assert any("its jmx_exporter agent (port 9404) is not read" in m for m in caplog.messages)
+        assert not any("s3cret" in m for m in caplog.messages)
+
+
+@pytest.mark.parametrize(("arg", "agent"), [
+    ("-javaagent:/a/jmx_prometheus_javaagent.jar=7071:c.yaml", Agent("127.0.0.1", 7071, "c.yaml")),
+    ("-javaagent:/a/jmx_prometheus_javaagent-0.20.0.jar=0.0.0.0:7071:/etc/c.yaml", Agent("127.0.0.1", 7071, "/etc/c.yaml")),
+    ("-javaagent:/a/jmx_prometheus_javaagent.jar=10.0.0.5:7071:c.yaml", Agent("10.0.0.5", 7071, "c.yaml")),
+    ("-javaagent:/a/jmx_prometheus_javaagent.jar=[::1]:7071:c.yaml", Agent("[::1]", 7071, "c.yaml")),
+    ("-javaagent:/a/other-agent.jar=7071:c.yaml", None),
+    ("-javaagent:/a/jmx_prometheus_javaagent.jar=99999:c.yaml", None),
+])
+def test_the_agents_argument_gives_where_it_serves(arg, agent):
+    assert jmx_exporter_agent(["java", arg, "kafka.Kafka", "s.properties"]) == agent

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from kdiag.collectors import Collector
 from kdiag.collectors.host.mounts import device_for_path, parse_mounts
+from kdiag.collectors.host.statvfs import samples_from_statvfs, statvfs_bytes
 from kdiag.collectors.host.proctable import Process, ProcessTable, Reading, process_table
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.settings import Config
@@ -37,6 +38,7 @@ from kdiag.families.process import (
     PROCESS_TOUCHES_LOG_DIR,
     PROCESS_WRITTEN_BYTES_TOTAL,
 )
+from kdiag.families.storage import FILESYSTEM_AVAIL_BYTES, FILESYSTEM_SIZE_BYTES
 from kdiag.kafka.jvm import GC_THREAD, is_load_generator, jvm_max_heap_bytes
 
 _SEGMENT_FILE = re.compile(r"\d+\.(log|index|timeindex)")
@@ -124,7 +126,7 @@ class ProcessesCollector(Collector):
         KAFKA_LOG_DIR_INFO, PROCESS_READ_BYTES_TOTAL, PROCESS_RCHAR_BYTES_TOTAL, PROCESS_WRITTEN_BYTES_TOTAL,
         PROCESS_CPU_SECONDS_TOTAL, PROCESS_OPEN_FDS, PROCESS_MAX_FDS, PROCESS_IS_BROKER, PROCESS_TOUCHES_LOG_DIR,
         PROCESS_JVM_MAX_HEAP_BYTES, PROCESS_IS_LOAD_GENERATOR, PROCESS_GC_CPU_SECONDS_TOTAL, PROCESS_INFO,
-        PROCESS_BROKER_REFUSED, PROCESS_BROKER_STARTED_BY,
+        PROCESS_BROKER_REFUSED, PROCESS_BROKER_STARTED_BY, FILESYSTEM_SIZE_BYTES, FILESYSTEM_AVAIL_BYTES,
     )
 
     def __init__(self, top_n: int = 5, log_dirs: Iterable[str] = (), rediscover_seconds: float = 300.0,
@@ -188,6 +190,9 @@ class ProcessesCollector(Collector):
         return samples
 
 
+CONTAINER_STATVFS = "container_statvfs"  # not a file: recordings keep it with the other non-file states
+
+
 def read_details(root: Root, pid: int, follow_fds: bool = True) -> Details:
     """cwd, open file count (and targets when following them) and fd limit; fds closed meanwhile are skipped."""
     targets = []
@@ -229,18 +234,33 @@ def discover_log_dirs(fd_target_lists: Iterable[list[str]]) -> list[str]:
 
 def log_dir_samples(root: Root, log_dirs: list[Placed]) -> list[Sample]:
     """kdiag_kafka_log_dir_info per log dir and device holding it: its /sys/block name and the disks below (LVM, md);
-    one this host does not mount (a container's volume) by its filesystem's major:minor, with no mountpoint."""
+    one this host does not mount (a container's volume) by its filesystem's major:minor, its mountpoint the one in
+    the container's root as this host reaches it (/proc/PID/root/...), whose size and free space statvfs gives."""
     mounts = parse_mounts(*read_source(root, "proc", "mounts"))
-    samples = []
-    for path, majmin, source in log_dirs:
+    unmounted = [p for p in log_dirs if p.device and p.rootfs]
+    samples = container_space(root, unmounted) if unmounted else []
+    for path, majmin, source, _, inside, rootfs in log_dirs:
         if majmin:
             name = block_device(root, majmin)
-            device, mountpoint = (f"/dev/{name}" if name else source), ""
+            device, mountpoint = (f"/dev/{name}" if name else source), (rootfs + inside if rootfs else "")
         else:
             device, mountpoint = device_for_path(mounts, path)
         for disk in disks_behind(root, device) if device.startswith("/dev/") else [device]:
             samples.append(KAFKA_LOG_DIR_INFO.sample(1, path=path, device=disk, mountpoint=mountpoint))
     return samples
+
+
+def container_space(root: Root, log_dirs: list[Placed]) -> list[Sample]:
+    """kdiag_filesystem_size_bytes and _avail_bytes of the filesystems holding log dirs this host does not mount,
+    statvfs(2) of each through /proc/PID/root (recorded as the statvfs collector's state is)."""
+    by_mount = {p.rootfs + p.mountpoint: p for p in log_dirs}
+    try:
+        state = root.kafka(CONTAINER_STATVFS, lambda: statvfs_bytes(sorted(by_mount)))
+    except KeyError:
+        return []  # recorded before kdiag kept it
+    mounts = {m: (f"/dev/{name}" if (name := block_device(root, p.device)) else p.source, p.fstype)
+              for m, p in by_mount.items()}
+    return samples_from_statvfs(state, mounts)
 
 
 def process_samples(p: Process, d: Details, log_dirs: list[str], cmdline: str = MASKED) -> list[Sample]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -81,6 +82,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (LabError, KafkaException) as e:
         _say(f"kdiag: cannot reach the cluster to drill: {e}")
         return 1
+    if target is not None and args.discover:
+        target = dataclasses.replace(target, discover_procfs=args.procfs)
     if target is not None and args.against != "lab":
         _say(f"plan for {args.against} ({target.brokers} brokers): each drill changes exactly this, then reverts it:")
         for d in drills:
@@ -131,6 +134,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--against", default="lab", metavar="lab|BOOTSTRAP",
                    help="the kdiag lab (default; KDIAG_LAB_DIR) or another cluster's bootstrap servers")
     p.add_argument("--jmx", action="append", help="with --against BOOTSTRAP: a broker's JMX URL (repeatable)")
+    p.add_argument("--discover", action="store_true",
+                   help="the drills' kdiag finds the brokers, their JMX and log dirs itself, as `kdiag run` with no config")
+    p.add_argument("--procfs", default="/proc", help="with --discover: the procfs it discovers over (default /proc)")
     p.add_argument("--yes-inject-faults", action="store_true", help="required to inject faults into a non-lab cluster")
     p.add_argument("--json", action="store_true", help="one JSON object per drill on stdout")
     p.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report with a timeline per drill")

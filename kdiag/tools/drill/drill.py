@@ -26,7 +26,7 @@ from kdiag.collectors.host.stat import StatCollector
 from kdiag.collectors import Collector
 from kdiag.collectors.kafka.probe_samples import ProbeSamplesCollector
 from kdiag.config.probe import ProbeConfig
-from kdiag.config.settings import load_config
+from kdiag.config.settings import Config, load_config
 from kdiag.app.wiring import kafka_collectors, load_rules
 from kdiag.tools.drill.results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
                                  rule_for, waves)
@@ -39,6 +39,7 @@ from kdiag.core.outfile import check_output_dir
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.recording.recording import Recorder
+from kdiag.runtime.discovery import discover
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +78,29 @@ def alerted_rules(alertmanager: str) -> set[str]:
             if a["labels"].get("instance", ALERT_INSTANCE) == ALERT_INSTANCE and a.get("annotations", {}).get("summary")}
 
 
+def monitor_config(target: Target) -> Config:
+    """The drills' kdiag config: the target's brokers; with target.discover_procfs, the brokers discovery finds over
+    that procfs with no config at all, as `kdiag run` finds them (the target only injects the faults)."""
+    tuning = {"kafka.timeout": "8s",
+              "kafka.configs_interval": "0s",  # the config drills need each change seen at once
+              # The daemon's JMX poll (30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
+              "kafka.jmx_interval": f"{JMX_POLL_SECONDS}s"}
+    if target.discover_procfs:
+        config = discover(load_config(None, {"procfs": target.discover_procfs, **tuning}), Root(target.discover_procfs))
+        if not config.kafka.bootstrap_servers:
+            raise SystemExit("kdiag: --discover found no brokers to watch (see the broker discovery lines)")
+        return config
+    return load_config(None, {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
+                              "processes.log_dirs": target.log_dirs, **tuning,
+                              **({"kafka.broker_user": target.broker_user} if target.broker_user else {})})
+
+
 class Monitor:
     """A kdiag pipeline over the target stepped every CYCLE_SECONDS in a thread; it keeps every state."""
 
     def __init__(self, target: Target, alertmanager: str = "", record: Path | None = None, thread_waits: bool = False):
-        overrides = {"kafka.bootstrap_servers": target.bootstrap, "kafka.jmx": target.jmx or None,
-                     "kafka.timeout": "8s", "processes.log_dirs": target.log_dirs,
-                     "kafka.configs_interval": "0s",  # the config drills need each change seen at once
-                     # The daemon's JMX poll (30 s) leaves no row in a 10 s window: rates read 0 and restart `for`.
-                     "kafka.jmx_interval": f"{JMX_POLL_SECONDS}s",
-                     **({"kafka.broker_user": target.broker_user} if target.broker_user else {})}
-        config = load_config(None, overrides)
+        config = monitor_config(target)
+        self.root = Root(config.procfs)
         self.rules = load_rules(config)
         # Only the host sources the process rules need: the drills judge the cluster, not this busy machine.
         processes = ProcessesCollector(config.processes.top_n, config.processes.log_dirs,
@@ -125,7 +138,7 @@ class Monitor:
         return self.recorder.snapshot(root, self.pipeline.step) if self.recorder else self.pipeline.step(root)
 
     def _run(self) -> None:
-        root = Root()
+        root = self.root
         while not self._stop.is_set():
             start = time.monotonic()
             try:

@@ -59,6 +59,7 @@ class Target:
     probe: ProbeService | None = None  # the synthetic probe of a drill that asks for one, while it runs
     broker_user: str = ""  # kafka.broker_user for the brokers' processes when neither root runs them nor started them
     containers: bool = False  # a `kdiag lab up --containers` lab
+    discover_procfs: str = ""  # set: the drills' kdiag finds the brokers itself over this procfs (no config)
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})

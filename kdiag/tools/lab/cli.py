@@ -46,8 +46,8 @@ def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = 
         lines.append(f"broker: {n} {host}:{node['client']}{controller}")
     for n in range(1, info["brokers"] + 1):
         lines.append(f"jmx: {n} {info['jmx'][str(n)]}")
-    if info.get("containers", {}).get("jmx_exporter"):
-        for n in range(1, info["brokers"] + 1):
+    for n in range(1, info["brokers"] + 1):
+        if lab_containers.runs_agent(info.get("containers", {}), n):
             lines.append(f"exporter: {n} {lab_containers.exporter_url(info, n)}")
     if "nofile" in info:
         lines.append(f"sizing: heap={info.get('heap', '')} nofile={info['nofile']}")

@@ -327,13 +327,19 @@ def start(d: Path, n: int, base: int, command: list[str], cgroups: list[Path], a
     return child
 
 
+def runs_agent(limits: dict[str, float], n: int) -> bool:
+    """Whether node n runs the jmx_exporter agent: limits["jmx_exporter"] set, on every node or the first
+    limits["jmx_exporter_nodes"] (a lab reading its brokers both ways at once)."""
+    return bool(limits.get("jmx_exporter")) and n <= limits.get("jmx_exporter_nodes", n)
+
+
 def start_node(d: Path, n: int, base: int, jmx_port: int, limits: dict[str, float], heap: str,
                extra_opts: Sequence[str]) -> int:
-    """Node n's cgroup and container (with limits["jmx_exporter"], the agent too), the lab's bridge made first; return
-    the broker's pid on the host."""
+    """Node n's cgroup and container (the agent too when runs_agent), the lab's bridge made first; return the
+    broker's pid on the host."""
     ensure_bridge(base)
     cgroups = make_cgroup(base, n, int(limits["memory"]), limits["cpus"])
-    agent = fetch_agent(d) if limits.get("jmx_exporter") else None
+    agent = fetch_agent(d) if runs_agent(limits, n) else None
     return start(d, n, base, java_command(d / f"node-{n}", jmx_port, heap, extra_opts, agent is not None), cgroups,
                  agent)
 

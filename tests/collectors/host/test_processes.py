@@ -1,4 +1,6 @@
 import os
+import shutil
+import subprocess
 
 import pytest
 from tests.collectors.golden import assert_golden, fixture_root
@@ -6,12 +8,14 @@ from tests.collectors.golden import assert_golden, fixture_root
 from kdiag.collectors.host.processes import (
     ProcessesCollector,
     log_dir_of,
+    log_dir_samples,
     parse_max_fds,
     path_arguments,
     top_readers,
     touches,
 )
 from kdiag.collectors.host.proctable import IO, NO_IO, Process, Reading, read_process
+from kdiag.core.mountinfo import place
 from kdiag.core.procfs import Stat, parse_cmdline, parse_stat
 from kdiag.core.root import Root
 
@@ -159,3 +163,27 @@ def test_count_fds_on_the_live_procfs_matches_the_listing(tmp_path):
     finally:
         for f in files:
             f.close()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a mount namespace needs root")
+def test_a_log_dir_only_its_containers_namespace_mounts_gets_its_space_through_the_containers_root(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    script = f"mount --make-rprivate / && mount -t tmpfs -o size=64m kdiag-test {data} && echo ready && exec sleep 600"
+    proc = subprocess.Popen(["unshare", "--mount", "--", "sh", "-c", script], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"ready\n"
+        placed = place(Root(), proc.pid, [str(data)])
+        assert placed[0].device and placed[0].rootfs == f"/proc/{proc.pid}/root"  # this host does not mount it
+        mount = f"/proc/{proc.pid}/root{data}"
+        samples = {(s.name, dict(s.labels)["mountpoint"]): s for s in log_dir_samples(Root(), placed)}
+        assert samples[("kdiag_filesystem_size_bytes", mount)].value == 64 * 2**20
+        assert dict(samples[("kdiag_filesystem_size_bytes", mount)].labels) == {
+            "device": "kdiag-test", "fstype": "tmpfs", "mountpoint": mount}
+        assert 0 < samples[("kdiag_filesystem_avail_bytes", mount)].value <= 64 * 2**20
+        assert dict(samples[("kdiag_kafka_log_dir_info", mount)].labels) == {
+            "path": str(data), "device": "kdiag-test", "mountpoint": mount}
+    finally:
+        proc.kill()
+        proc.wait()

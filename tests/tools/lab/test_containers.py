@@ -217,5 +217,6 @@ def test_kdiag_run_given_only_the_bootstrap_finds_trusts_maps_and_reads_the_brok
     assert "PID 1 started it, in container" in started[0] and refused == []
     assert len(log_dirs) == 1 and f'device="{_host_disk(data)}"' in log_dirs[0], log_dirs
     text = log.read_text()
-    assert f"broker discovery: kafka.jmx = 127.0.0.1:{container_lab['nodes']['1']['jmx_port']}@netns:{pid}" in text
+    agent = containers.exporter_port(container_lab["nodes"]["1"]["jmx_port"])  # its agent, before its JMX port
+    assert f"broker discovery: kafka.jmx = http://127.0.0.1:{agent}/metrics@netns:{pid} (-javaagent of pid {pid})" in text
     assert f"broker discovery: processes.log_dirs = {data} (log.dirs in " in text
