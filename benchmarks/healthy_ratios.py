@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from kdiag.analysis.signals import Signals
 from kdiag.runtime.pipeline import State
 from kdiag.tools.drill.cli import lab_target
-from kdiag.tools.drill.drill import Monitor
+from kdiag.tools.drill.monitor import Monitor
 from kdiag.tools.drill.faults import assignment, keyed_load, topic
 
 RULES = ("forced_fsync", "forced_fsync_broker", "forced_flush_configured", "forced_flush_configured_topic",
