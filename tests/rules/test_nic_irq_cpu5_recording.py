@@ -42,3 +42,12 @@ def test_the_text_report_nests_the_symptom_under_its_cause(recording: Path, caps
     symptom = out[out.index("SYMPTOM softirq_core_saturated"):]
     symptom = symptom[:symptom.index("\nSYMPTOM ")] if "\nSYMPTOM " in symptom else symptom
     assert "explained by:\n    CAUSE nic_irq_single_core" in symptom and "no known cause holds" not in symptom
+
+
+def test_the_same_nic_left_on_cpu0_is_nic_irq_on_cpu0(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # The default placement (no irqbalance) under the same load: NAPI masks the interrupts on CPU0 as well.
+    assert main(["diagnose", "--from", str(nic_irq_cpu5.write(tmp_path, hot=0)), "--format", "json"]) == 0
+    found = {d["rule"]: d for d in json.loads(capsys.readouterr().out)["diagnoses"]}
+    assert set(found) == {"nic_irq_on_cpu0", "softirq_core_saturated", "softnet_backlog_drops"}
+    assert found["nic_irq_on_cpu0"]["evidence"]["irqs_per_second"] < 1000
+    assert found["softirq_core_saturated"]["subject"] == "cpu0"
