@@ -67,6 +67,10 @@ the alert named below (deploy/prometheus/kdiag-alerts.yml). The alert's `runbook
 A host-scope rule is exported by every daemon where it holds (one about a broker, by the daemon beside that broker
 once `kafka.local_broker_id` is known); a cluster-scope rule only by the one daemon per
 cluster elected to report (the others list it in /api/diagnoses with `reported_by`; see docs/ARCHITECTURE.md).
+Absent evidence is not low evidence: a signal missing (its source failing) makes a condition false, and `kdiag rules
+check` refuses a condition that holds when a signal is missing (`!has(it.x) || ...`) unless the rule names that signal
+under `absent_on_purpose:` with why its absence is a fact; /api/diagnoses and the page list, per failing collector,
+the rules it blinds.
 """
 
 
@@ -263,6 +267,8 @@ def render_docs(rules: list[Rule]) -> str:
                 f"- explained by: {causes}",
                 f"- evidence: {evidence}",
                 "", "Condition:", "", "```", " ".join(r.when.split()), "```",
+                *(["", "Absent on purpose (the condition holds without these; a failing source is not a reason):", "",
+                    *(f"- `{k}`: {why}" for k, why in r.absent_on_purpose.items())] if r.absent_on_purpose else []),
                 "", f"Summary: `{r.summary}`",
                 "", f"Remediation: {' '.join(r.remediation.split())}",
                 "", f"Source: {r.source}"]

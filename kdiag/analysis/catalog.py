@@ -14,6 +14,7 @@ from kdiag.core import yamlsafe
 from kdiag.core.errors import KdiagError
 from kdiag.core.quote import cut, quote
 from kdiag.core.units import parse_duration
+from kdiag.analysis.absence import negated_has
 from kdiag.analysis.subject_kinds import SUBJECT_KINDS
 
 RuleKind = Literal["cause", "symptom", "lint"]
@@ -24,7 +25,7 @@ SCOPES = ("host", "cluster")
 # (this host, its local broker's JMX, its own probe) are the host's.
 CLUSTER_SUBJECTS = ("topic", "group", "cluster")
 RULE_KEYS = {"id", "kind", "severity", "each", "scope", "when", "for", "summary", "evidence", "explains",
-             "remediation", "source"}
+             "remediation", "source", "absent_on_purpose"}
 REQUIRED_KEYS = ("id", "kind", "severity", "each", "when", "summary", "remediation", "source")
 TEXT_KEYS = REQUIRED_KEYS
 LIST_KEYS = ("evidence", "explains")
@@ -90,6 +91,8 @@ class Rule:
     file: str = ""
     line: int = 0
     scope: str = "host"
+    # Signals whose absence the condition stands on (`!has(...)`), each with why its absence is a fact, not blindness.
+    absent_on_purpose: dict[str, str] = field(default_factory=dict)
 
 
 def default_scope(each: str) -> str:
@@ -195,6 +198,7 @@ class _Loader:
         if len(self.errors) > before:
             return None
         program = self.condition(nodes["when"], rid, data["each"], data["when"])
+        absent = self.absence(nodes, rid, data["each"], data["when"], data.get("absent_on_purpose") or {})
         evidence = self.evidence(nodes.get("evidence", node), rid, data["each"], data.get("evidence") or [])
         for var, name, offset in ((m.group(1), m.group(2), m.start()) for m in TEMPLATE_FIELD.finditer(data["summary"])):
             if problem := check_reference(data["each"], var, name):
@@ -205,7 +209,8 @@ class _Loader:
                     program=program, summary=data["summary"], remediation=data["remediation"].strip(),
                     source=data["source"], for_seconds=for_seconds, evidence=evidence,
                     explains=data.get("explains") or [], file=str(self.path),
-                    line=node.start_mark.line + 1, scope=data.get("scope") or default_scope(data["each"]))
+                    line=node.start_mark.line + 1, scope=data.get("scope") or default_scope(data["each"]),
+                    absent_on_purpose=absent)
 
     def check_types(self, data: dict[str, Any], nodes: dict[str, yaml.Node], rid: str) -> None:
         """Text where text is expected, lists of text for evidence and explains, a bounded condition."""
@@ -235,6 +240,31 @@ class _Loader:
             if var in ("it", *GLOBAL_SUBJECTS) and (problem := check_reference(each, var, name)):
                 self.error(node, rid, f"when: {problem}", offset)
         return program
+
+    def absence(self, nodes: dict[str, yaml.Node], rid: str, each: str, expression: str,
+                declared: Any) -> dict[str, str]:
+        """Refuse a condition that holds when a signal is missing, unless absent_on_purpose names it with why."""
+        node = nodes.get("absent_on_purpose")
+        if node is not None and not (isinstance(declared, dict) and all(
+                isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in declared.items())):
+            self.error(node, rid, "absent_on_purpose: expected a mapping of it.<signal> to why its absence is a fact")
+            return {}
+        negated = negated_has(expression)
+        for n in negated:
+            if f"{n.var}.{n.name}" not in declared:
+                self.error(nodes["when"], rid, (
+                    f"when: {n.text} is negated, so a missing {n.var}.{n.name} (its source failing) makes the "
+                    f"condition hold: absent evidence read as low. Require it (has({n.var}.{n.name}) && ...) or, when "
+                    f"its absence is a fact the rule stands on, name it under absent_on_purpose with why; in "
+                    f"{quote(' '.join(expression.split()), 300)}"), n.offset)
+        for key in declared:
+            var, _, name = key.partition(".")
+            if not any((n.var, n.name) == (var, name) for n in negated):
+                self.error(node or nodes["when"], rid,
+                           f"absent_on_purpose: {quote(key)} is not tested absent (!has) in when: drop it")
+            elif problem := check_reference(each, var, name):
+                self.error(node or nodes["when"], rid, f"absent_on_purpose: {problem}")
+        return {k: " ".join(v.split()) for k, v in declared.items()}
 
     def evidence(self, node: yaml.Node, rid: str, each: str, items: list[Any]) -> list[tuple[str, str]]:
         out = []

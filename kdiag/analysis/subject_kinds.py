@@ -46,3 +46,7 @@ class SignalCache:
                 history.stop_reading()
             self._held[kind] = (history, window, {name: history.versions.get(name) for name in names}, out[kind])
         return out
+
+    def reads(self) -> dict[str, frozenset[str]]:
+        """Per kind, the series names its last computation read (whether or not any series had them)."""
+        return {kind: frozenset(held[2]) for kind, held in self._held.items()}

@@ -250,7 +250,15 @@ def live_main(state: State, history: EvidenceHistory, kafka_version: str = "", o
     cluster = f", cluster {shown(state.cluster)}" if state.cluster else ""
     head = (f'<p class="facts">{shown(state.host)}{cluster}: snapshot at {clock(state.time)}; plots cover '
             f"{clock(history.start)} to {clock(history.end)}</p>{legend(False)}")
-    return head + diagnoses_html(history, state) + host_section(state, kafka_version, off)
+    return head + blind_html(state) + diagnoses_html(history, state) + host_section(state, kafka_version, off)
+
+
+def blind_html(state: State) -> str:
+    """The failing collectors and the rules each blinds: those rules cannot hold while it fails, whatever the truth."""
+    rows = "".join(f"<li><b>{shown(f['collector'])}</b> fails ({shown(f['error'])}): blinds "
+                   f"{', '.join(shown(r) for r in f['blinds']) or 'no rule'}</li>" for f in state.failing_sources())
+    return (f'<h2>Sources failing: kdiag is blind to what they read</h2><ul class="blind">{rows}</ul>'
+            if rows else "")
 
 
 class LivePage:

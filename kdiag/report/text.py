@@ -71,7 +71,9 @@ def render_text(state: State, color: bool = False) -> str:
             lines += _block(d, "  ", color)
     for r in state.refused_brokers():
         lines += ["", f"not taken for a broker: pid {r['pid']} ({printable(r['comm'])}): {printable(r['why'])}"]
-    failed = sorted(n for n, h in state.health.items() if not h.success)
-    if failed:
-        lines += ["", "sources that could not be read: " + "; ".join(f"{n} ({printable(state.health[n].error)})" for n in failed)]
+    failing = state.failing_sources()
+    if failing:
+        lines += ["", "sources that could not be read (the rules they blind cannot hold while they fail):"]
+        lines += [f"  {printable(f['collector'])} ({printable(f['error'])}): blinds "
+                  f"{', '.join(f['blinds']) or 'no rule'}" for f in failing]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kdiag.collectors import Collector
+from kdiag.collectors.registry import REGISTERED
 from kdiag.analysis.catalog import Rule
 from kdiag.analysis.engine import Diagnosis, Engine, EngineState
 from kdiag.core.history import History
@@ -21,6 +22,7 @@ from kdiag.kafka.coordination_records import Member
 from kdiag.analysis.signals import Signals
 from kdiag.analysis.subject_kinds import SignalCache
 from kdiag.families.process import PROCESS_BROKER_REFUSED
+from kdiag.runtime.blindness import blinded
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,7 @@ class State:
     # The lists samples was joined from, in order (a carried batch is the same list while its job did not run again):
     # the exporter renders each once. Empty: samples is the only one.
     sources: list[list[Sample]] = field(default_factory=list, repr=False)
+    blinded: dict[str, list[str]] = field(default_factory=dict)  # failing collector -> the rules it blinds
 
     def to_json(self) -> dict[str, Any]:
         """The contract shape of `kdiag diagnose --format json` and /api/diagnoses (plus scope fields)."""
@@ -169,8 +172,14 @@ class State:
         coordination = ({"coordination": {"reporting": self.reporting.reporting, "why": self.reporting.why,
                                           "authenticated": self.reporting.authenticated}} if self.reporting.why else {})
         refused = {"refused_brokers": r} if (r := self.refused_brokers()) else {}
-        return {"host": self.host, "time": self.time, **coordination, **refused,
+        failing = {"failing_sources": f} if (f := self.failing_sources()) else {}
+        return {"host": self.host, "time": self.time, **coordination, **refused, **failing,
                 "diagnoses": [diagnosis_json(d, self.cluster, self.reporting, me) for d in self.diagnoses]}
+
+    def failing_sources(self) -> list[dict[str, Any]]:
+        """Each collector failing this cycle: its error and the rules it blinds (they cannot hold while it fails)."""
+        return [{"collector": name, "error": h.error, "blinds": self.blinded.get(name, [])}
+                for name, h in sorted(self.health.items()) if not h.success]
 
     def refused_brokers(self) -> list[dict[str, Any]]:
         """The kafka.Kafka processes the trust rule refused this cycle: pid, comm and why."""
@@ -250,4 +259,11 @@ class Pipeline:
             self.judged = self.engine.evaluate(self.judged, t, signals)
         health = {**self.collectors.health, **(extra_health or {})}
         return State(self.host, t, samples, health, signals, self.judged.current(), list(self.judged.resolved),
-                     self.cluster, self.local_broker, sources=sources)
+                     self.cluster, self.local_broker, sources=sources, blinded=self.blinded(health, signals))
+
+    def blinded(self, health: dict[str, Health], signals: dict[str, dict[str, Signals]]) -> dict[str, list[str]]:
+        """Per failing collector, the rules it blinds (kdiag.runtime.blindness)."""
+        families = {name: r.families for name, r in REGISTERED.items()} | {
+            c.name: c.families for c in self.collectors.collectors}
+        failing = {name: families.get(name, ()) for name, h in health.items() if not h.success}
+        return blinded(self.engine.rules, failing, self.signals.reads(), signals) if failing else {}
