@@ -45,7 +45,8 @@ def test_jmx_failing_blinds_the_flush_rules_not_the_admin_ones() -> None:
 
 
 def test_a_signal_present_everywhere_is_not_blind() -> None:
-    signals = {"broker": {"1": {**FORCED, "log_flushes_per_second": 2.0, "log_flush_seconds_p99": 0.01}}}
+    signals = {"broker": {"1": {**FORCED, "log_flushes_per_second": 2.0, "log_flushes_per_1k_messages": 0.4,
+                                "log_flush_seconds_p99": 0.01}}}
     assert "forced_flush_configured" not in blinded(RULES, {"kafka_jmx": JMX}, READS, signals).get("kafka_jmx", [])
 
 
