@@ -21,12 +21,13 @@ from kdiag.families.kafka import (
     KAFKA_BROKER_REPLICAS, KAFKA_BYTES_IN_TOTAL, KAFKA_CONSUMERGROUP_IDLE_MEMBERS, KAFKA_CONSUMERGROUP_LAG,
     KAFKA_CONSUMERGROUP_MEMBERS, KAFKA_CONSUMERGROUP_STABLE, KAFKA_CONTROLLER_ID, KAFKA_FETCH_REQUESTS_TOTAL,
     KAFKA_ISR_SHRINKS_TOTAL, KAFKA_LEADERS, KAFKA_LOG_FLUSHES_TOTAL, KAFKA_LOG_FLUSH_SECONDS,
-    KAFKA_MESSAGES_IN_TOTAL, KAFKA_NETWORK_PROCESSOR_IDLE_RATIO, KAFKA_PARTITIONS, KAFKA_PARTITION_LEADER,
-    KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, KAFKA_PRODUCE_REQUESTS_TOTAL, KAFKA_REQUEST_HANDLER_IDLE_RATIO,
-    KAFKA_REQUEST_QUEUE_SIZE, KAFKA_REQUEST_TIME_SECONDS, KAFKA_TOPIC_BROKER_LEADERS, KAFKA_TOPIC_CONFIG,
-    KAFKA_TOPIC_CONFIG_OVERRIDE, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, KAFKA_TOPIC_OFFLINE_PARTITIONS,
-    KAFKA_TOPIC_KDIAG_OWN, KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS,
-    KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS, KAFKA_UNDER_MIN_ISR_PARTITIONS, KAFKA_UNDER_REPLICATED_PARTITIONS,
+    KAFKA_MESSAGES_IN_TOTAL, KAFKA_NETWORK_PROCESSOR_IDLE_RATIO, KAFKA_PARTITIONS, KAFKA_PRODUCE_REQUESTS_TOTAL,
+    KAFKA_REQUEST_HANDLER_IDLE_RATIO, KAFKA_REQUEST_QUEUE_SIZE, KAFKA_REQUEST_TIME_SECONDS,
+    KAFKA_TOPIC_BROKER_LEADERS, KAFKA_TOPIC_CONFIG, KAFKA_TOPIC_CONFIG_OVERRIDE, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL,
+    KAFKA_TOPIC_OFFLINE_PARTITIONS, KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND, KAFKA_TOPIC_KDIAG_OWN,
+    KAFKA_TOPIC_PARTITION_TOP_SHARE, KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR,
+    KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS, KAFKA_UNDER_MIN_ISR_PARTITIONS,
+    KAFKA_UNDER_REPLICATED_PARTITIONS,
 )
 from kdiag.families.probe import (
     PROBE_AVAILABILITY_RATIO, PROBE_END_TO_END_LATENCY_SECONDS, PROBE_MESSAGES_FAILED_TOTAL,
@@ -154,7 +155,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
         place = FLUSH_CONFIG_PLACES.get(source, source).format(b=b)
         if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
             flush_places[b].append(place)
-    topics_led = topic_rates_by_leader(history, window)
+    topics_led = topic_rates_by_leader(history)
     slowness = slowness_ratios(history)
     outliers = probe_outliers(history, window)
     gc_pauses = longest_gc_pauses(history)
@@ -232,15 +233,12 @@ def slowness_ratios(history: History) -> dict[str, tuple[float | None, float | N
     return {b: (r[0], r[1]) for b, r in worst.items()}
 
 
-def topic_rates_by_leader(history: History, window: float) -> dict[str, dict[str, float]]:
-    """Messages per second of each topic's partitions, summed per leading broker: {broker: {topic: rate}}."""
-    leader = latest_by(history, KAFKA_PARTITION_LEADER, "topic", "partition")
+def topic_rates_by_leader(history: History) -> dict[str, dict[str, float]]:
+    """Messages per second of each topic's partitions, summed per leading broker at the last admin fetch:
+    {broker: {topic: rate}}."""
     out: dict[str, dict[str, float]] = {}
-    for (topic, partition), r in rates_by(history, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, window,
-                                          "topic", "partition").items():
-        if (b := leader.get((topic, partition))) is not None:
-            per = out.setdefault(str(int(b)), {})
-            per[topic] = per.get(topic, 0.0) + r
+    for (topic, broker), r in latest_by(history, KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND, "topic", "broker_id").items():
+        out.setdefault(broker, {})[topic] = r
     return out
 
 
@@ -284,12 +282,9 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     for (topic, broker), n in latest_by(history, KAFKA_TOPIC_BROKER_LEADERS, "topic", "broker_id").items():
         leaders.setdefault(topic, {})[broker] = n
     messages = rates_per(history, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, window, "topic")
-    by_partition: dict[str, dict[str, float]] = {}
-    for (topic, partition), r in rates_by(history, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, window,
-                                          "topic", "partition").items():
-        by_partition.setdefault(topic, {})[partition] = r
+    top_share = latest_per(history, KAFKA_TOPIC_PARTITION_TOP_SHARE, "topic")
     by_leader: dict[str, dict[str, float]] = {}
-    for b, per_topic in topic_rates_by_leader(history, window).items():
+    for b, per_topic in topic_rates_by_leader(history).items():
         for topic, r in per_topic.items():
             by_leader.setdefault(topic, {})[b] = r
     own = latest_per(history, KAFKA_TOPIC_KDIAG_OWN, "topic")
@@ -301,7 +296,6 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
         top_leader = max(topic_leaders, key=topic_leaders.__getitem__) if topic_leaders else None
         ideal = math.ceil(partitions / brokers) if brokers else None
         traffic_skew, traffic_top = skew(by_leader.get(topic, {}), brokers)
-        parts = by_partition.get(topic, {})
         out[topic] = put(
             {"name": topic},
             **{name: values.get(topic) for name, values in gauges.items()},
@@ -314,7 +308,7 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
             leader_top_broker_share=ratio(topic_leaders.get(top_leader), partitions) if top_leader else None,
             traffic_skew_ratio=traffic_skew,
             traffic_top_broker=traffic_top,
-            partition_top_share=ratio(max(parts.values()), sum(parts.values())) if parts else None,
+            partition_top_share=top_share.get(topic),
             brokers=float(brokers) if brokers else None,
             on_brokers=on_brokers({b for b, n in topic_leaders.items() if n > 0}),
         )

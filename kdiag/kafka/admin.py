@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any, TypedDict
 
 from kdiag.kafka.offsets_topic import OffsetsTopicReader
+from kdiag.kafka.partition_lag import TopPartitions
 from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
 
 # AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
@@ -162,7 +163,7 @@ def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -
 
 
 def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache,
-            reader: OffsetsTopicReader | None) -> dict[str, Group]:
+            reader: OffsetsTopicReader | None, top: TopPartitions) -> dict[str, Group]:
     """State, member count and lag (per topic: sum and largest partition) of every consumer group; committed offsets
     from the reader of __consumer_offsets when given (with each group's last commit time), else OffsetFetch."""
     from confluent_kafka import ConsumerGroupTopicPartitions
@@ -205,6 +206,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
             continue
         read_offsets, last = read.get(g) or (committed.get(g), None)
         groups[g] = {"state": state, "members": len(members), "lag": _lag(read_offsets, ends)}
+        top.add(g, read_offsets, ends)
         if last is not None:
             groups[g]["last_commit"] = last
         if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
@@ -300,7 +302,8 @@ def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
 
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
-                      local_broker: int | None = None, reader: OffsetsTopicReader | None = None) -> AdminState:
+                      local_broker: int | None = None, reader: OffsetsTopicReader | None = None,
+                      top_partitions: int = 0) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
     (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
@@ -323,8 +326,13 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
         "broker_configs": {b: picked["values"] for b, picked in broker_configs.items()},
         "broker_config_sources": {b: picked["sources"] for b, picked in broker_configs.items()},
         "topics": topics,
-        "consumer_groups": _groups(admin, topics, deadline, committed or CommittedCache(0), reader) if full else {},
+        "consumer_groups": {},
     }
+    if full:
+        top = TopPartitions(top_partitions)
+        state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0), reader, top)
+        if top_partitions:
+            state["top_partitions"] = top.result()
     if not full:
         state["scope"] = "local"
     return state

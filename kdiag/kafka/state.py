@@ -66,6 +66,17 @@ class Group(TypedDict):
     last_commit: NotRequired[float]  # epoch seconds of its newest commit, when read from __consumer_offsets
 
 
+class PartitionLag(TypedDict):
+    """One of the partitions lagging most (kafka.top_partitions): a group's committed offset and lag on it."""
+
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    lag: int
+    record_time: NotRequired[float]  # when the record at the committed offset was written, once read
+
+
 class AdminState(TypedDict):
     """One AdminClient fetch: cluster, brokers, broker configs, topics and consumer groups."""
 
@@ -76,6 +87,7 @@ class AdminState(TypedDict):
     broker_config_sources: NotRequired[dict[str, ConfigSources]]  # absent in states recorded before kdiag kept it
     topics: dict[str, Topic]
     consumer_groups: dict[str, Group]
+    top_partitions: NotRequired[list[PartitionLag]]  # the kafka.top_partitions lagging most, furthest first
     scope: NotRequired[Literal["local"]]  # a fetch without groups and end offsets (a daemon not reporting the cluster)
 
 
