@@ -22,11 +22,12 @@ from kdiag.app.wiring import load_rules
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.config.settings import load_config
 from kdiag.core.root import Root
+from kdiag.kafka.partition_lag import TopPartitions
 from kdiag.kafka.state import AdminState, read_admin_state
 from kdiag.runtime.pipeline import CollectorSet, Pipeline
 from rules_cycle import cycle  # this script's directory is on sys.path
 
-STAGES = ("state check", "collect", "history", "signals", "rules", "cap", "render", "total")
+STAGES = ("top partitions (AdminClient process)", "state check", "collect", "history", "signals", "rules", "cap", "render", "total")
 PER_TOPIC = 100
 BROKERS = 3
 
@@ -41,8 +42,9 @@ class SimulatedCluster:
         self.committed = [[max(0, e - self.rng.randrange(1000)) for e in self.ends[g % self.topics]]
                           for g in range(groups)]
 
-    def fetch(self) -> AdminState:
-        """The next state: every log end written a little, a tenth of the groups committed closer to it."""
+    def fetch(self, top_partitions: int = 0) -> tuple[AdminState, float]:
+        """The next state (every log end written a little, a tenth of the groups committed closer to it) and the
+        seconds the AdminClient process spends picking its top_partitions lagging most."""
         for ends in self.ends:
             for p in range(PER_TOPIC):
                 ends[p] += self.rng.randrange(50)
@@ -54,14 +56,24 @@ class SimulatedCluster:
             partitions = [{"partition": p, "leader": p % BROKERS, "replicas": [p % BROKERS], "isr": [p % BROKERS],
                            "log_end_offset": e} for p, e in enumerate(ends)]
             topics[f"sim-t{t:06d}"] = {"partitions": partitions, "configs": {"retention.ms": "604800000"}}
+        # As the AdminClient process has them: every partition's end, each group's committed offsets per topic.
+        ends = {f"sim-t{t:06d}": dict(enumerate(e)) for t, e in enumerate(self.ends)}
+        offsets = [(f"sim-g{g:06d}", {f"sim-t{g % self.topics:06d}": list(enumerate(c))})
+                   for g, c in enumerate(self.committed)]
+        top = TopPartitions(top_partitions)
+        start = time.perf_counter()
+        for group, committed in offsets:
+            top.add(group, committed, ends)
+        picked = time.perf_counter() - start
         groups = {}
         for g, committed in enumerate(self.committed):
             lags = [e - c for c, e in zip(committed, self.ends[g % self.topics], strict=False)]
             groups[f"sim-g{g:06d}"] = {"state": "STABLE" if g % 3 else "EMPTY", "members": g % 3,
                                        "lag": {f"sim-t{g % self.topics:06d}": {"sum": sum(lags), "max": max(lags)}}}
-        return {"cluster_id": "simulated", "controller_id": 0,
-                "brokers": [{"id": b, "host": "127.0.0.1", "port": 9092 + b, "rack": None} for b in range(BROKERS)],
-                "broker_configs": {}, "topics": topics, "consumer_groups": groups}  # type: ignore[typeddict-item]
+        state = {"cluster_id": "simulated", "controller_id": 0,
+                 "brokers": [{"id": b, "host": "127.0.0.1", "port": 9092 + b, "rack": None} for b in range(BROKERS)],
+                 "broker_configs": {}, "topics": topics, "consumer_groups": groups, "top_partitions": top.result()}
+        return state, picked  # type: ignore[return-value]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,15 +87,18 @@ def main(argv: list[str] | None = None) -> int:
     cluster = SimulatedCluster(args.partitions, args.groups)
     kafka = config.kafka
     collector = KafkaAdminCollector("", kafka.timeout, kafka.max_partition_series, partition_series=kafka.partition_series,
-                                    group_series=kafka.group_series)
+                                    group_series=kafka.group_series, top_partitions=kafka.top_partitions)
     checked: list[float] = []
+    picked: list[float] = []
     fetched: list[float] = []
 
     def fetch() -> AdminState:
         # A replay reads the recorded JSON and checks it: the cost of both, as the daemon replaying pays it; making
         # the simulated state is no cost of kdiag's, and is left out.
         begin = time.perf_counter()
-        text = json.dumps(cluster.fetch())
+        state, took = cluster.fetch(kafka.top_partitions)
+        picked.append(took)
+        text = json.dumps(state)
         start = time.perf_counter()
         state = read_admin_state(json.loads(text), 2)
         checked.append(time.perf_counter() - start)
@@ -97,11 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
     series = 0
     for i in range(args.cycles):
-        times, _, body = cycle(pipeline, root, kafka.max_series)
+        times, _, body = cycle(pipeline, root, kafka.max_series, kafka.top_groups)
         series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
-        # The fetch's JSON round trip is the simulation's; only its check is a replay's cost.
-        times |= {"state check": checked[-1], "collect": times.pop("collection") - fetched[-1],
-                  "total": times["total"] - fetched[-1] + checked[-1]}
+        # The fetch's JSON round trip is the simulation's; its check is a replay's cost, the pick of the partitions
+        # lagging most the AdminClient process's.
+        times |= {"top partitions (AdminClient process)": picked[-1], "state check": checked[-1],
+                  "collect": times.pop("collection") - fetched[-1],
+                  "total": times["total"] - fetched[-1] + checked[-1] + picked[-1]}
         for stage in STAGES:
             per_stage[stage].append(times[stage])
         print(f"cycle {i + 1}/{args.cycles}: {per_stage['total'][-1]:.2f}s", file=sys.stderr, flush=True)

@@ -12,7 +12,7 @@ from kdiag.config.settings import load_config
 from kdiag.app.wiring import host_collectors, load_rules
 from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
-from kdiag.core.cardinality import cap_kafka_series
+from kdiag.core.cardinality import cap_kafka_series, top_groups
 from kdiag.core.root import Root
 from kdiag.analysis.subject_kinds import compute_signals
 
@@ -25,9 +25,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
-def cycle(pipeline: Pipeline, root: Root, max_series: int | None = None) -> tuple[dict[str, float], int, bytes]:
+def cycle(pipeline: Pipeline, root: Root, max_series: int | None = None,
+          top: int = 0) -> tuple[dict[str, float], int, bytes]:
     """One Pipeline.step plus the exporter's render, stage by stage: (seconds per stage, rule evaluations, the
-    exposition); with max_series, the Kafka series cap is its own stage before the render."""
+    exposition); with max_series, the Kafka series cap (after kafka.top_groups' cut, `top`) is its own stage before
+    the render."""
     clock = time.perf_counter
     t = root.now()
     start = clock()
@@ -40,7 +42,7 @@ def cycle(pipeline: Pipeline, root: Root, max_series: int | None = None) -> tupl
     judged = pipeline.engine.evaluate(pipeline.judged, t, signals)
     pipeline.adopt(judged)
     evaluated = clock()
-    exposed = samples if max_series is None else cap_kafka_series(samples, max_series)[0]
+    exposed = samples if max_series is None else cap_kafka_series(top_groups(samples, top), max_series)[0]
     capped = clock()
     state = State(pipeline.host, t, exposed, dict(pipeline.collectors.health), signals, judged.current(),
                   list(judged.resolved))

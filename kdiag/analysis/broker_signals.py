@@ -113,7 +113,7 @@ def broker_signals(history: History, window: float) -> dict[str, Signals]:
         place = FLUSH_CONFIG_PLACES.get(source, source).format(b=b)
         if name.startswith("log.flush.interval.") and place not in flush_places.setdefault(b, []):
             flush_places[b].append(place)
-    topics_led = topic_rates_by_leader(history, window)
+    topics_led = topic_rates_by_leader(history)
     slowness = slowness_ratios(history)
     outliers = probe_outliers(history, window)
     gc_pauses = longest_gc_pauses(history)

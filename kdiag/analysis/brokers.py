@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from kdiag.core.history import History
-from kdiag.analysis.signals import latest_by, rates_by
-from kdiag.families.kafka import KAFKA_BROKER_INFO, KAFKA_PARTITION_LEADER, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL
+from kdiag.analysis.signals import latest_by
+from kdiag.families.kafka import KAFKA_BROKER_INFO, KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND
 
 
 def node_id(broker: str) -> float | None:
@@ -25,14 +25,11 @@ def live_brokers(history: History) -> list[str]:
 ON_BROKERS = "broker ids this subject concerns, comma-separated"
 
 
-def topic_rates_by_leader(history: History, window: float) -> dict[str, dict[str, float]]:
-    """Messages per second of each topic's partitions, summed per leading broker: {broker: {topic: rate}}."""
-    leader = latest_by(history, KAFKA_PARTITION_LEADER, "topic", "partition")
+def topic_rates_by_leader(history: History) -> dict[str, dict[str, float]]:
+    """Messages per second of each topic's partitions, summed per leading broker at the last admin fetch:
+    {broker: {topic: rate}}."""
     out: dict[str, dict[str, float]] = {}
-    for (topic, partition), r in rates_by(history, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, window,
-                                          "topic", "partition").items():
-        if (b := leader.get((topic, partition))) is not None:
-            per = out.setdefault(str(int(b)), {})
-            per[topic] = per.get(topic, 0.0) + r
+    for (topic, broker), r in latest_by(history, KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND, "topic", "broker_id").items():
+        out.setdefault(broker, {})[topic] = r
     return out
 

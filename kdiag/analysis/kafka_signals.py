@@ -19,9 +19,9 @@ from kdiag.families.kafka import (
     CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS, KAFKA_BROKER_CONFIG, KAFKA_BROKER_EXPECTED, KAFKA_BROKER_INFO,
     KAFKA_BYTES_IN_TOTAL, KAFKA_CONSUMERGROUP_IDLE_MEMBERS, KAFKA_CONSUMERGROUP_LAG, KAFKA_CONSUMERGROUP_MEMBERS,
     KAFKA_CONSUMERGROUP_STABLE, KAFKA_CONTROLLER_ID, KAFKA_LOG_FLUSHES_TOTAL, KAFKA_MESSAGES_IN_TOTAL,
-    KAFKA_PARTITION_LOG_END_OFFSET_TOTAL,
     KAFKA_TOPIC_BROKER_LEADERS, KAFKA_TOPIC_CONFIG, KAFKA_TOPIC_CONFIG_OVERRIDE, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL,
-    KAFKA_TOPIC_OFFLINE_PARTITIONS, KAFKA_TOPIC_KDIAG_OWN, KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR,
+    KAFKA_TOPIC_OFFLINE_PARTITIONS, KAFKA_TOPIC_KDIAG_OWN,
+    KAFKA_TOPIC_PARTITION_TOP_SHARE, KAFKA_TOPIC_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR,
     KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS, KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS,
 )
 from kdiag.families.probe import (
@@ -80,12 +80,9 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
     for (topic, broker), n in latest_by(history, KAFKA_TOPIC_BROKER_LEADERS, "topic", "broker_id").items():
         leaders.setdefault(topic, {})[broker] = n
     messages = rates_per(history, KAFKA_TOPIC_LOG_END_OFFSET_TOTAL, window, "topic")
-    by_partition: dict[str, dict[str, float]] = {}
-    for (topic, partition), r in rates_by(history, KAFKA_PARTITION_LOG_END_OFFSET_TOTAL, window,
-                                          "topic", "partition").items():
-        by_partition.setdefault(topic, {})[partition] = r
+    top_share = latest_per(history, KAFKA_TOPIC_PARTITION_TOP_SHARE, "topic")
     by_leader: dict[str, dict[str, float]] = {}
-    for b, per_topic in topic_rates_by_leader(history, window).items():
+    for b, per_topic in topic_rates_by_leader(history).items():
         for topic, r in per_topic.items():
             by_leader.setdefault(topic, {})[b] = r
     own = latest_per(history, KAFKA_TOPIC_KDIAG_OWN, "topic")
@@ -97,7 +94,6 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
         top_leader = max(topic_leaders, key=topic_leaders.__getitem__) if topic_leaders else None
         ideal = math.ceil(partitions / brokers) if brokers else None
         traffic_skew, traffic_top = skew(by_leader.get(topic, {}), brokers)
-        parts = by_partition.get(topic, {})
         out[topic] = put(
             {"name": topic},
             **{name: values.get(topic) for name, values in gauges.items()},
@@ -110,7 +106,7 @@ def topic_signals(history: History, window: float) -> dict[str, Signals]:
             leader_top_broker_share=ratio(topic_leaders.get(top_leader), partitions) if top_leader else None,
             traffic_skew_ratio=traffic_skew,
             traffic_top_broker=traffic_top,
-            partition_top_share=ratio(max(parts.values()), sum(parts.values())) if parts else None,
+            partition_top_share=top_share.get(topic),
             brokers=float(brokers) if brokers else None,
             on_brokers=on_brokers({b for b, n in topic_leaders.items() if n > 0}),
         )

@@ -48,6 +48,8 @@ LIMITS: dict[str, tuple[float, float]] = {
     "kafka.timeout": (0.1, 300),
     "kafka.max_partition_series": (0, 1_000_000),
     "kafka.max_series": (0, 10_000_000),
+    "kafka.top_groups": (0, 10_000_000),
+    "kafka.top_partitions": (0, 1_000_000),
     "kafka.configs_interval": (0, 86400),
     "kafka.quiet_groups_interval": (0, 86400),
     "kafka.expected_brokers": (0, 2**31 - 1),
@@ -102,9 +104,16 @@ class KafkaConfig:
     timeout: Duration = Duration(10.0)
     max_partition_series: int = 2000
     # Per-partition series only for topics matching (regexes matching the whole name); the others: topic series only.
-    partition_series: SeriesFilter = field(default_factory=SeriesFilter)
+    # None by default: at 100,000 partitions they are most of /metrics; the rules read per-topic values made from every
+    # partition's offsets (kdiag_kafka_topic_broker_messages_per_second, kdiag_kafka_topic_partition_top_share).
+    partition_series: SeriesFilter = field(default_factory=lambda: SeriesFilter(allow=[]))
     # Per-topic lag series only for groups matching; the others: one lag series per group, without a topic label.
     group_series: SeriesFilter = field(default_factory=SeriesFilter)
+    # Consumer group series in /metrics only for the N groups that lag most (seconds, then messages); 0: every group.
+    # The rules see every group.
+    top_groups: int = 500
+    # kdiag_consumer_partition_lag_seconds for the N (group, topic, partition) that lag most in messages; 0: none.
+    top_partitions: int = 100
     # At most this many kdiag_kafka_* series in /metrics (the finest dropped first, counted by kdiag_series_dropped_total).
     max_series: int = 100_000
     # How often topic and broker configs are re-read (a new topic's at once); 0: every fetch.

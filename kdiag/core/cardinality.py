@@ -40,6 +40,31 @@ class SeriesFilter:
         return any(p.fullmatch(name) for p in allow) and not any(p.fullmatch(name) for p in ignore)
 
 
+GROUP_PREFIX = ("kdiag_kafka_consumergroup_", "kdiag_consumer_")
+# What ranks a group for kafka.top_groups: its lag in seconds, then in messages (the largest over its topics).
+GROUP_RANK = ("kdiag_consumer_lag_seconds", "kdiag_kafka_consumergroup_lag_max")
+
+
+def top_groups(samples: list[Sample], n: int) -> list[Sample]:
+    """samples with consumer group series only for the n groups that lag most (seconds, then messages; ties by
+    name); samples itself when n is 0 or no more groups have series."""
+    if n <= 0:
+        return samples
+    lags: dict[str, list[float]] = {}
+    for s in samples:
+        if s.name.startswith(GROUP_PREFIX):
+            group = next((v for k, v in s.labels if k == "group"), None)
+            rank = lags.setdefault(group, [0.0, 0.0]) if group is not None else None
+            if rank is not None and s.name in GROUP_RANK:
+                i = GROUP_RANK.index(s.name)
+                rank[i] = max(rank[i], s.value)
+    if len(lags) <= n:
+        return samples
+    kept = set(sorted(lags, key=lambda g: (-lags[g][0], -lags[g][1], g))[:n])
+    return [s for s in samples if not s.name.startswith(GROUP_PREFIX)
+            or next((v for k, v in s.labels if k == "group"), None) in kept]
+
+
 def _rank(s: Sample) -> int:
     for prefix, rank in DROP_RANK.items():
         if s.name.startswith(prefix) and (rank != 1 or any(k == "topic" for k, _ in s.labels)):

@@ -19,6 +19,13 @@ CONSUMER_LAG_SECONDS = gauge(
     "group",
     optional=("topic",),
 )
+CONSUMER_PARTITION_LAG_SECONDS = gauge(
+    "kdiag_consumer_partition_lag_seconds",
+    "How long ago the partition's log end was where the group's committed offset is now, for the kafka.top_partitions "
+    "partitions lagging most in messages (0 when caught up; absent until kdiag has seen the log end pass that offset, "
+    "or, with kafka.committed_offsets: offsets_topic, the group commit at the log end).",
+    "group", "topic", "partition"
+)
 CONSUMER_LAST_COMMIT_AGE_SECONDS = gauge(
     "kdiag_consumer_last_commit_age_seconds", "Seconds since the group's newest committed offset was committed (only "
     "with kafka.committed_offsets: offsets_topic, which reads the commit times).", "group")
@@ -72,6 +79,18 @@ KAFKA_PARTITION_LOG_END_OFFSET_TOTAL = counter(
     "Log end offset of the partition (kafka.partition_series topics, while few).",
     "partition",
     "topic",
+)
+KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND = gauge(
+    "kdiag_kafka_topic_broker_messages_per_second",
+    "Messages per second appended to the topic's partitions the broker leads, between the last two admin fetches "
+    "(from every partition's log end offset, whatever kafka.partition_series says; only topics written meanwhile).",
+    "broker_id", "topic"
+)
+KAFKA_TOPIC_PARTITION_TOP_SHARE = gauge(
+    "kdiag_kafka_topic_partition_top_share",
+    "Share (0-1) of the messages appended to the topic between the last two admin fetches that went to its busiest "
+    "partition (only topics written meanwhile).",
+    "topic"
 )
 KAFKA_TOPIC_BROKER_LEADERS = gauge(
     "kdiag_kafka_topic_broker_leaders", "Partitions of the topic led by the broker.", "broker_id", "topic"

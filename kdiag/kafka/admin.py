@@ -17,11 +17,13 @@ from concurrent.futures import Future
 from typing import Any, TypedDict
 
 from kdiag.kafka.offsets_topic import OffsetsTopicReader
+from kdiag.kafka.partition_lag import TopPartitions
 from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
 
 # AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
 # offsets_for_times call over all of them costs 0.45 s (librdkafka matches each answer by a linear search);
-# batches of 500, one ListOffsets request per leader each, cost 0.03 s (measured on the lab, see benchmarks/scale.py).
+# batches of 500 cost 0.03 s (measured on the lab, see benchmarks/scale.py). Metadata has no "changed since" form
+# (nor has DescribeTopicPartitions, KIP-966: it pages): every fetch asks it once for every topic.
 OFFSETS_BATCH = 500
 TOPIC_CONFIGS = (
     "flush.messages",
@@ -147,22 +149,28 @@ def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> PickedConfigs:
 
 
 def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -> dict[tuple[str, int], int]:
-    """Latest offset of every partition with a leader, OFFSETS_BATCH partitions per offsets_for_times call."""
+    """Latest offset of every partition with a leader: per leader, OFFSETS_BATCH partitions per offsets_for_times call,
+    so that each call is one ListOffsets request (librdkafka splits a call by leader: mixed batches made one request
+    per broker per call, about 1,200 a fetch at 100,000 partitions on 6 brokers instead of 200)."""
     from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
-    wanted = [TopicPartition(t, p["partition"], OFFSET_END) for t, d in topics.items() for p in d["partitions"]
-              if p["leader"] >= 0]
+    by_leader: dict[int, list[Any]] = {}
+    for t, d in topics.items():
+        for p in d["partitions"]:
+            if p["leader"] >= 0:
+                by_leader.setdefault(p["leader"], []).append(TopicPartition(t, p["partition"], OFFSET_END))
     out = {}
-    for start in range(0, len(wanted), OFFSETS_BATCH):
-        # A batch that fails (its leader just died) only loses its partitions' offsets.
-        with contextlib.suppress(KafkaException):
-            got = consumer.offsets_for_times(wanted[start:start + OFFSETS_BATCH], timeout=_left(deadline))
-            out.update({(tp.topic, tp.partition): tp.offset for tp in got if not tp.error and tp.offset >= 0})
+    for wanted in by_leader.values():
+        for start in range(0, len(wanted), OFFSETS_BATCH):
+            # A batch that fails (its leader just died) only loses its partitions' offsets.
+            with contextlib.suppress(KafkaException):
+                got = consumer.offsets_for_times(wanted[start:start + OFFSETS_BATCH], timeout=_left(deadline))
+                out.update({(tp.topic, tp.partition): tp.offset for tp in got if not tp.error and tp.offset >= 0})
     return out
 
 
 def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache,
-            reader: OffsetsTopicReader | None) -> dict[str, Group]:
+            reader: OffsetsTopicReader | None, top: TopPartitions) -> dict[str, Group]:
     """State, member count and lag (per topic: sum and largest partition) of every consumer group; committed offsets
     from the reader of __consumer_offsets when given (with each group's last commit time), else OffsetFetch."""
     from confluent_kafka import ConsumerGroupTopicPartitions
@@ -205,6 +213,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
             continue
         read_offsets, last = read.get(g) or (committed.get(g), None)
         groups[g] = {"state": state, "members": len(members), "lag": _lag(read_offsets, ends)}
+        top.add(g, read_offsets, ends)
         if last is not None:
             groups[g]["last_commit"] = last
         if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
@@ -300,7 +309,8 @@ def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
 
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
-                      local_broker: int | None = None, reader: OffsetsTopicReader | None = None) -> AdminState:
+                      local_broker: int | None = None, reader: OffsetsTopicReader | None = None,
+                      top_partitions: int = 0) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
     (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
@@ -323,8 +333,13 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
         "broker_configs": {b: picked["values"] for b, picked in broker_configs.items()},
         "broker_config_sources": {b: picked["sources"] for b, picked in broker_configs.items()},
         "topics": topics,
-        "consumer_groups": _groups(admin, topics, deadline, committed or CommittedCache(0), reader) if full else {},
+        "consumer_groups": {},
     }
+    if full:
+        top = TopPartitions(top_partitions)
+        state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0), reader, top)
+        if top_partitions:
+            state["top_partitions"] = top.result()
     if not full:
         state["scope"] = "local"
     return state

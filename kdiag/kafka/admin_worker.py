@@ -21,9 +21,10 @@ class AdminSession:
     lives in the AdminClient's own process."""
 
     def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0,
-                 quiet_groups_interval: float = 0.0, committed_offsets: str = "offset_fetch"):
+                 quiet_groups_interval: float = 0.0, committed_offsets: str = "offset_fetch", top_partitions: int = 0):
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
+        self.top_partitions = top_partitions
         self.settings = settings
         self.configs = ConfigCache(configs_interval)
         self.committed = CommittedCache(quiet_groups_interval)
@@ -79,7 +80,7 @@ class AdminSession:
             self.reader.close()  # a standby reads no cluster-wide state, __consumer_offsets included
         try:
             state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed, full,
-                                      local_broker, self.reader)
+                                      local_broker, self.reader, self.top_partitions)
         except (KafkaException, TimeoutError) as e:
             admin = self._admin
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
@@ -92,6 +93,9 @@ class AdminSession:
         if record_times and state["consumer_groups"]:
             with contextlib.suppress(KafkaException):  # only the fallback of lag seconds is lost
                 self.record_times.add_to(state, record_times, self._committed)
+        if state.get("top_partitions"):
+            with contextlib.suppress(KafkaException):  # only the fallback of partition lag seconds is lost
+                self.record_times.add_to_partitions(state["top_partitions"])
         self._admin.poll(0)  # drains the librdkafka log lines queued for `errors`
         self._consumer.poll(0)
         self.errors.clear()
@@ -103,7 +107,7 @@ def start(settings: dict[str, Any]) -> Any:
     client = ClientSettings(**settings["client"])
     session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
                            settings.get("quiet_groups_interval", 0.0),
-                           settings.get("committed_offsets", "offset_fetch"))
+                           settings.get("committed_offsets", "offset_fetch"), settings.get("top_partitions", 0))
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from kdiag.kafka.state import AdminState
+from kdiag.kafka.state import AdminState, PartitionLag
 
 MAX_READS = 8
 READ_SECONDS = 2.0
@@ -71,6 +71,20 @@ class RecordTimes:
                 state["consumer_groups"][group]["lag"][topic]["record_time"] = min(times)
         for key in wanted & self._known.keys():
             self._known.move_to_end(key)
+        while len(self._known) > KEPT:
+            self._known.popitem(last=False)
+
+    def add_to_partitions(self, lagging: list[PartitionLag]) -> None:
+        """Set `record_time` on each of the partitions lagging most whose record at the committed offset is known,
+        reading the furthest behind of those not read yet."""
+        unread = list(dict.fromkeys((e["topic"], e["partition"], e["committed"]) for e in lagging
+                                    if (e["topic"], e["partition"], e["committed"]) not in self._known))
+        first = {(t, p): o for t, p, o in reversed(unread)}  # one offset per partition per read
+        self._read([(t, p, o) for (t, p), o in list(reversed(first.items()))[:MAX_READS]])
+        for e in lagging:
+            if (at := self._known.get((e["topic"], e["partition"], e["committed"]))) is not None:
+                e["record_time"] = at
+                self._known.move_to_end((e["topic"], e["partition"], e["committed"]))
         while len(self._known) > KEPT:
             self._known.popitem(last=False)
 

@@ -66,6 +66,17 @@ class Group(TypedDict):
     last_commit: NotRequired[float]  # epoch seconds of its newest commit, when read from __consumer_offsets
 
 
+class PartitionLag(TypedDict):
+    """One of the partitions lagging most (kafka.top_partitions): a group's committed offset and lag on it."""
+
+    group: str
+    topic: str
+    partition: int
+    committed: int
+    lag: int
+    record_time: NotRequired[float]  # when the record at the committed offset was written, once read
+
+
 class AdminState(TypedDict):
     """One AdminClient fetch: cluster, brokers, broker configs, topics and consumer groups."""
 
@@ -76,6 +87,7 @@ class AdminState(TypedDict):
     broker_config_sources: NotRequired[dict[str, ConfigSources]]  # absent in states recorded before kdiag kept it
     topics: dict[str, Topic]
     consumer_groups: dict[str, Group]
+    top_partitions: NotRequired[list[PartitionLag]]  # the kafka.top_partitions lagging most, furthest first
     scope: NotRequired[Literal["local"]]  # a fetch without groups and end offsets (a daemon not reporting the cluster)
 
 
@@ -136,44 +148,118 @@ def _admin_from_v1(recorded: object) -> dict[str, Any]:
     return {**state, "consumer_groups": upgraded}
 
 
+class _Bad(Exception):
+    """A value not of its type: the problem, and the key path from the value up (innermost first) as it unwinds."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+
 def _checked(value: object, kind: Any, key: str) -> object:
     """value when it is of the type `kind` (TypedDicts keep only their own keys); StateError naming key when not."""
+    try:
+        return _checker(kind)(value)
+    except _Bad as e:
+        where = key + "".join(reversed(e.path))
+        raise StateError(where if key else where.removeprefix("."), e.problem) from None
+
+
+def _wrong(kind: Any, value: object) -> _Bad:
+    return _Bad(f"expected {_name(kind)}, got {quote(value)}")
+
+
+@functools.cache
+def _checker(kind: Any) -> Any:
+    """A function checking a value against `kind`, made once per type: a 1,000,000-partition state is checked in a
+    few seconds, not by walking the type at every value. Key paths are made only for a value that fails."""
     origin = get_origin(kind)
     if origin is Union or origin is types.UnionType:
-        for option in get_args(kind):
-            try:
-                return _checked(value, option, key)
-            except StateError:
-                continue
-        raise StateError(key, f"expected {_name(kind)}, got {quote(value)}")
+        options = [_checker(option) for option in get_args(kind) if option is not type(None)]
+        nullable = type(None) in get_args(kind)
+
+        def union(value: object) -> object:
+            if value is None and nullable:
+                return None
+            for option in options:
+                try:
+                    return option(value)
+                except _Bad:
+                    continue
+            raise _wrong(kind, value)
+        return union
     if origin is Literal:
-        if value in get_args(kind) and type(value) is type(get_args(kind)[0]):
-            return value
-        raise StateError(key, f"expected {_name(kind)}, got {quote(value)}")
+        allowed = get_args(kind)
+
+        def literal(value: object) -> object:
+            if value in allowed and type(value) is type(allowed[0]):
+                return value
+            raise _wrong(kind, value)
+        return literal
     if origin is list:
-        (item,) = get_args(kind)
-        return [_checked(v, item, f"{key}[{i}]") for i, v in enumerate(_of_type(value, list, kind, key))]
+        item = _checker(get_args(kind)[0])
+
+        def listed(value: object) -> object:
+            if not isinstance(value, list):
+                raise _wrong(kind, value)
+            out = []
+            for i, v in enumerate(value):
+                try:
+                    out.append(item(v))
+                except _Bad as e:
+                    e.path.append(f"[{i}]")
+                    raise
+            return out
+        return listed
     if origin is dict:
-        _, item = get_args(kind)
-        checked = _of_type(value, dict, kind, key)
-        return {k: _checked(v, item, f"{key}[{quote(k)}]") for k, v in checked.items()}
+        member = _checker(get_args(kind)[1])
+
+        def mapped(value: object) -> object:
+            if not isinstance(value, dict):
+                raise _wrong(kind, value)
+            out = {}
+            for k, v in value.items():
+                try:
+                    out[k] = member(v)
+                except _Bad as e:
+                    e.path.append(f"[{quote(k)}]")
+                    raise
+            return out
+        return mapped
     if isinstance(kind, type) and issubclass(kind, dict):  # a TypedDict
-        return _checked_typeddict(_of_type(value, dict, kind, key), kind, key)
-    if kind is float:
-        return _of_type(value, (int, float), kind, key)
-    return _of_type(value, kind, kind, key)
+        return _typeddict_checker(kind)
+    python: Any = (int, float) if kind is float else kind
+
+    def scalar(value: object) -> object:
+        if isinstance(value, python) and not (isinstance(value, bool) and python is not bool):
+            return value
+        raise _wrong(kind, value)
+    return scalar
 
 
-def _checked_typeddict(value: dict[str, Any], kind: type, key: str) -> dict[str, object]:
-    """The keys of a TypedDict that value has, each checked; StateError naming a required key it lacks."""
-    out = {}
-    for name, field in _fields(kind).items():
-        where = f"{key}.{name}" if key else name
-        if name in value:
-            out[name] = _checked(value[name], field, where)
-        elif name in kind.__required_keys__:  # type: ignore[attr-defined]
-            raise StateError(where, "missing")
-    return out
+def _typeddict_checker(kind: type) -> Any:
+    """The checker of a TypedDict: the keys it has, each checked; a required key it lacks is named missing."""
+    fields = [(name, _checker(field), name in kind.__required_keys__)  # type: ignore[attr-defined]
+              for name, field in _fields(kind).items()]
+
+    def typeddict(value: object) -> object:
+        if not isinstance(value, dict):
+            raise _wrong(kind, value)
+        out = {}
+        for name, check, required in fields:
+            if name in value:
+                try:
+                    out[name] = check(value[name])
+                except _Bad as e:
+                    e.path.append("." + name)
+                    raise
+            elif required:
+                lacking = _Bad("missing")
+                lacking.path.append("." + name)
+                raise lacking
+        return out
+    return typeddict
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from prometheus_client.utils import floatToGoString
 from kdiag.core.finite import SKIPPED, dumps
 from kdiag import __version__
 from kdiag.core.quote import LABEL_LIMIT, label_value, printable
-from kdiag.core.cardinality import KAFKA_PREFIX, cap_kafka_series
+from kdiag.core.cardinality import KAFKA_PREFIX, cap_kafka_series, top_groups
 from kdiag.runtime.pipeline import State
 from kdiag.core.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported, with_cluster
@@ -298,7 +298,8 @@ class Published:
     """The bytes served for the latest state, swapped atomically by the collection thread."""
 
     def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000, interval: float = 0.0,
-                 page_policy: str = "default-src 'none'", collectors_enabled: dict[str, bool] | None = None):
+                 page_policy: str = "default-src 'none'", collectors_enabled: dict[str, bool] | None = None,
+                 top_groups: int = 0):
         self.collectors_enabled = collectors_enabled or {}  # exported as kdiag_collector_enabled
         self.page_policy = page_policy  # the page's Content-Security-Policy, sent as a header with frame-ancestors
         self.metrics = b"# kdiag: first collection still running\n"
@@ -314,6 +315,8 @@ class Published:
         self.interval = interval  # exported as kdiag_cycle_interval_seconds
         self.completed = time.monotonic()
         self.max_kafka_series = max_kafka_series
+        self.top_groups = top_groups  # kafka.top_groups: consumer group series only for the groups lagging most
+        self._top: list[tuple[list[Sample], list[Sample]]] = []  # (source, its top groups' samples), last cycle's
         self.dropped_total = 0.0
         self._families = FamilyCache()
 
@@ -323,10 +326,13 @@ class Published:
 
     def publish(self, state: State) -> None:
         """Render a new state once (at most max_kafka_series Kafka series); scrapes then serve it as it is."""
+        if self.top_groups:
+            state = self._top_groups(state)
         kafka = sum(len(members) for groups in self._families.groups(state.sources or [state.samples])
                     for family, members in groups.items() if family.startswith(KAFKA_PREFIX))
         if kafka > self.max_kafka_series:
-            samples, dropped = cap_kafka_series(state.samples, self.max_kafka_series)
+            samples, dropped = cap_kafka_series([s for source in state.sources or [state.samples] for s in source],
+                                                self.max_kafka_series)
             if self.dropped_total == 0:
                 log.warning("kafka.max_series: %d Kafka series over the cap of %d are left out of /metrics (kdiag_series_"
                             "dropped_total counts them; the rules still see them)", dropped, self.max_kafka_series)
@@ -339,6 +345,15 @@ class Published:
         self.failing = failing_lines(state)
         self.ready = True
         self.completed = time.monotonic()
+
+    def _top_groups(self, state: State) -> State:
+        """The state with consumer group series only for the top_groups groups lagging most; a source carried from
+        the last cycle (the same list: Kafka's batch between fetches) is not ranked again."""
+        last = {id(s): t for s, t in self._top}  # the sources are alive in self._top: their ids are theirs
+        top = [(source, last[id(source)] if id(source) in last else top_groups(source, self.top_groups))
+               for source in state.sources or [state.samples]]
+        self._top = top
+        return dataclasses.replace(state, sources=[t for _, t in top])
 
     def publish_page(self, page: bytes, page_json: bytes) -> None:
         """The page at `/` and its JSON at `/api/page`, drawn for the state just published."""

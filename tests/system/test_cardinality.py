@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kdiag.collectors import Collector
-from kdiag.core.cardinality import SeriesFilter, cap_kafka_series
+from kdiag.core.cardinality import SeriesFilter, cap_kafka_series, top_groups
 from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.config.settings import ConfigError, load_config
 from kdiag.app.background import Background
@@ -102,8 +102,44 @@ def test_bad_regex_stops_kdiag_run_with_one_line(tmp_path):
 
 def test_defaults():
     kafka = load_config(None).kafka
-    assert kafka.partition_series == SeriesFilter(allow=[".*"], ignore=[]) and kafka.group_series == SeriesFilter()
+    # Sane at 100,000 partitions: no per-partition series, group series for the 500 groups lagging most, partition
+    # lag seconds for the 100 partitions lagging most.
+    assert kafka.partition_series == SeriesFilter(allow=[], ignore=[]) and kafka.group_series == SeriesFilter()
+    assert kafka.top_groups == 500 and kafka.top_partitions == 100
     assert kafka.max_series == 100_000 and kafka.configs_interval == 60.0
+
+
+def group_samples(lags: dict[str, tuple[float | None, float]]) -> list[Sample]:
+    """Per group: members, lag seconds (when given) and largest lag in messages, as the admin collector emits them."""
+    out = [sample("kdiag_kafka_topic_partitions", 1, GAUGE, topic="a")]
+    for group, (seconds, messages) in lags.items():
+        out.append(sample("kdiag_kafka_consumergroup_members", 1, GAUGE, group=group))
+        out.append(sample("kdiag_kafka_consumergroup_lag_max", messages, GAUGE, group=group, topic="a"))
+        if seconds is not None:
+            out.append(sample("kdiag_consumer_lag_seconds", seconds, GAUGE, group=group))
+    return out
+
+
+def test_top_groups_keeps_the_groups_lagging_most_in_seconds_then_messages():
+    samples = group_samples({"slow": (600.0, 10.0), "busy": (5.0, 10**6), "idle": (None, 0.0), "new": (None, 50.0)})
+    kept = top_groups(samples, 3)
+    assert {dict(s.labels).get("group") for s in kept} == {None, "slow", "busy", "new"}
+    assert kept[0].name == "kdiag_kafka_topic_partitions"  # series without a group stay
+    assert top_groups(samples, 4) is samples and top_groups(samples, 0) is samples
+
+
+@pytest.mark.integration
+def test_published_exports_the_top_groups_a_carried_batch_ranked_once_and_the_state_keeps_every_group():
+    published = Published(top_groups=1)
+    samples = group_samples({"g1": (10.0, 1.0), "g2": (20.0, 1.0)})
+    state = State("testhost", 1000.0, samples, {}, {}, [], sources=[samples])
+    published.publish(state)
+    text = published.metrics.decode()
+    assert 'group="g2"' in text and 'group="g1"' not in text
+    assert len(state.samples) == len(samples)  # what the rules see is untouched
+    kept = published._top[0][1]
+    published.publish(state)
+    assert published._top[0][1] is kept  # the same batch: not ranked again, its render cache stays warm
 
 
 # --- the cap ----------------------------------------------------------------------------------------------------------

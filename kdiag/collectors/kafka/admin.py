@@ -10,6 +10,9 @@ from kdiag.collectors.kafka.admin_samples import FAMILIES as STATE_FAMILIES
 from kdiag.collectors.kafka.admin_samples import samples_from_admin_state
 from kdiag.collectors.kafka.lag import FAMILIES as LAG_FAMILIES
 from kdiag.collectors.kafka.lag import LagClock
+from kdiag.collectors.kafka.partition_lag import PartitionLagClock
+from kdiag.collectors.kafka.partition_rates import FAMILIES as RATE_FAMILIES
+from kdiag.collectors.kafka.partition_rates import PartitionRates
 from kdiag.collectors.registry import Shared, registered
 from kdiag.config.probe import PROBE_GROUP_PREFIX, REPLICAS_TOPIC_SUFFIX
 from kdiag.config.settings import Config
@@ -17,7 +20,7 @@ from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess
-from kdiag.families.kafka import KAFKA_BROKER_EXPECTED, KAFKA_TOPIC_KDIAG_OWN
+from kdiag.families.kafka import CONSUMER_PARTITION_LAG_SECONDS, KAFKA_BROKER_EXPECTED, KAFKA_TOPIC_KDIAG_OWN
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.kafka.coordination import STATE_SUFFIX
 from kdiag.kafka.client import ClientSettings
@@ -40,13 +43,14 @@ class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
-    families = (*STATE_FAMILIES, *LAG_FAMILIES, KAFKA_TOPIC_KDIAG_OWN)
+    families = (*STATE_FAMILIES, *LAG_FAMILIES, *RATE_FAMILIES, CONSUMER_PARTITION_LAG_SECONDS, KAFKA_TOPIC_KDIAG_OWN)
 
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
                  partition_series: SeriesFilter | None = None, group_series: SeriesFilter | None = None,
                  configs_interval: float = 0.0, quiet_groups_interval: float = 0.0, local_broker: int | None = None,
-                 own_groups: tuple[str, ...] = (), own_topics: tuple[str, ...] = (), committed_offsets: str = "offset_fetch"):
+                 own_groups: tuple[str, ...] = (), own_topics: tuple[str, ...] = (), committed_offsets: str = "offset_fetch",
+                 top_partitions: int = 0):
         self.bootstrap_servers = bootstrap_servers
         self.expected_brokers = expected_brokers or []
         self.timeout = timeout
@@ -58,9 +62,12 @@ class KafkaAdminCollector(Collector):
         self.worker = WorkerProcess("kdiag.kafka.admin_worker", {
             "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
             "quiet_groups_interval": quiet_groups_interval, "committed_offsets": committed_offsets,
+            "top_partitions": top_partitions,
             "client": dataclasses.asdict(settings)}, "the AdminClient process")
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
         self.lag_clock = LagClock()
+        self.partition_rates = PartitionRates()
+        self.partition_lag = PartitionLagClock()
         # Whether fetches read cluster-wide state (groups, end offsets): only while this daemon reports cluster scope
         # (set_full, each cycle); otherwise metadata and the configs of local_broker and its topics.
         self._full = True
@@ -79,7 +86,8 @@ class KafkaAdminCollector(Collector):
                    kafka.expected_brokers, partition_series=kafka.partition_series, group_series=kafka.group_series,
                    configs_interval=kafka.configs_interval, quiet_groups_interval=kafka.quiet_groups_interval,
                    local_broker=kafka.local_broker_id, own_groups=own_groups(config),
-                   own_topics=own_topics(config),                   committed_offsets=kafka.committed_offsets)
+                   own_topics=own_topics(config), committed_offsets=kafka.committed_offsets,
+                   top_partitions=kafka.top_partitions)
 
     @property
     def full(self) -> bool:
@@ -112,6 +120,8 @@ class KafkaAdminCollector(Collector):
         state = self._without_own_groups(root.kafka(ADMIN, self.fetch, read_admin_state))
         samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
         samples += self.lag_clock.samples(root.now(), state, self.group_series)
+        samples += self.partition_rates.samples(root.now(), state["topics"])
+        samples += self.partition_lag.samples(root.now(), state)
         samples += [KAFKA_TOPIC_KDIAG_OWN.sample(1, topic=t) for t in self.own_topics if t in state["topics"]]
         return samples + [KAFKA_BROKER_EXPECTED.sample(1, broker_id=b) for b in self.expected_brokers]
 

@@ -27,6 +27,9 @@ from kdiag.tools.lab.info import LabInfo
 from kdiag.tools.lab.jars import LabError
 from kdiag.tools.lab.layout import DEFAULT_BASE_PORT, KAFKA_VERSION
 
+# Node N listens on base + 10 * (N - 1) and its JMX 907 above: nine nodes stay clear of each other's ports.
+MAX_BROKERS = 9
+
 
 def _info_lines(info: LabInfo, state: str, pids: dict[int, int | None] | None = None) -> list[str]:
     """Return the parseable description of a lab; with pids, per-node running/stopped lines too."""
@@ -118,7 +121,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     dir_help = "lab directory (default: $KDIAG_LAB_DIR or ~/.cache/kdiag/lab)"
 
     p = sub.add_parser("up", help="start the lab (no-op if already running)")
-    p.add_argument("--brokers", type=int, choices=(1, 3), default=1)
+    p.add_argument("--brokers", type=int, choices=range(1, MAX_BROKERS + 1), default=1, metavar="N",
+                   help=f"brokers, 1 to {MAX_BROKERS} (each a KRaft voter too); more spread --partitions thinner")
     p.add_argument("--dir", help=dir_help)
     p.add_argument("--kafka-version", help=f"Kafka version from Maven Central (default {KAFKA_VERSION})")
     p.add_argument("--mode", choices=lab_versions.MODES,

@@ -14,13 +14,13 @@ from pathlib import Path
 
 HEAP_MB = 512  # the lab's heap up to a few thousand partitions
 # Measured on the lab (benchmarks/scale.py): a partition's log, indexes and replica state, and a group's metadata
-# and committed offsets, on the broker's heap.
-HEAP_KB_PER_PARTITION = 40
+# and committed offsets, on the broker's heap (3 brokers of 16,700 partitions each held at 1.5 GB, issue 9).
+HEAP_KB_PER_PARTITION = 64
 HEAP_KB_PER_GROUP = 20
-# A partition's open segment file and its lock-free extras (time index, transaction index); the JVM, its jars and
-# the sockets take the base.
-FILES_PER_PARTITION = 2
-FILES_BASE = 4096
+# A partition's open segment file (its indexes are memory maps, their files closed): 3 brokers of 16,700 partitions
+# each had 16,871 files open (issue 9); the JVM, its jars and the sockets take the base.
+FILES_PER_PARTITION = 1
+FILES_BASE = 2048
 NR_OPEN = Path("/proc/sys/fs/nr_open")  # the ceiling of any process's open files limit
 CAP_SYS_RESOURCE = 24
 
@@ -59,7 +59,12 @@ def size(partitions: int, groups: int, brokers: int) -> Sizing:
     return Sizing(heap, hard, wanted, f"the hard limit is {hard} and raising it takes CAP_SYS_RESOURCE, which this "
                                       f"process lacks (not root, or a container without it): start the lab from a "
                                       f"shell with `ulimit -Hn {wanted}` (a container: --ulimit nofile={wanted}), or "
-                                      f"with more brokers")
+                                      f"with {brokers_for(partitions, hard)} brokers (`--brokers`)")
+
+
+def brokers_for(partitions: int, nofile: int) -> int:
+    """The fewest brokers whose share of `partitions` fits `nofile` open files each."""
+    return math.ceil(partitions / max(nofile - FILES_BASE - 50, 1))
 
 
 def can_raise() -> bool:

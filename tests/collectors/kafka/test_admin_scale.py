@@ -5,6 +5,7 @@ filters over real topics and groups (the collector, through its worker)."""
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -198,3 +199,28 @@ def test_configs_are_cached_for_configs_interval_but_new_topics_read_at_once(top
     finally:
         with contextlib.suppress(Exception):
             admin.delete_topics([late])[late].result(timeout=60)
+
+
+@pytest.mark.kafka
+def test_the_partitions_lagging_most_come_with_the_time_of_their_record_at_the_committed_offset(topics):
+    # Room for every lagging partition of a shared lab: the group's own are all among them.
+    s = AdminSession(topics["bootstrap"], 10.0, ClientSettings(), top_partitions=100_000)
+    try:
+        def picked() -> list | None:
+            top = [e for e in s.fetch().get("top_partitions", []) if e["group"] == topics["group"]]
+            return top if len(top) == 2 * PARTITIONS else None
+
+        top = wait_until(picked, 60, "the group's lagging partitions")
+
+        def read() -> bool:
+            # The group's own only: a shared lab's other lagging partitions would be read first in a fetch.
+            s.record_times.add_to_partitions(top)
+            return all("record_time" in e for e in top)
+
+        wait_until(read, 60, "the records at the group's committed offsets")
+    finally:
+        s.close()
+    # Partition i holds i + 1 messages and the group committed 0 on both topics.
+    assert sorted(e["lag"] for e in top) == sorted(2 * [p + 1 for p in range(PARTITIONS)])
+    assert {e["committed"] for e in top} == {0} and [e["lag"] for e in top] == sorted((e["lag"] for e in top), reverse=True)
+    assert all(abs(e["record_time"] - time.time()) < 600 for e in top)

@@ -26,13 +26,13 @@ def limits(monkeypatch, tmp_path):
 
 def test_a_small_lab_keeps_the_default_heap_and_its_inherited_limit(limits):
     limits(20_000, root=False)
-    assert sizing.size(1_000, 100, 1) == sizing.Sizing(512, 20_000, 4096 + 2 * 1_050)
+    assert sizing.size(1_000, 100, 1) == sizing.Sizing(512, 20_000, 2048 + 1_050)
 
 
 def test_the_lab_that_died_at_20000_partitions_gets_the_files_and_heap_it_lacked(limits):
     limits(20_000, root=True)
     got = sizing.size(20_000, 5_000, 1)
-    assert got.nofile == got.wanted_nofile > 40_000 and not got.note
+    assert got.nofile == got.wanted_nofile > 20_000 and not got.note
     assert got.heap_mb >= 1024 and got.heap_mb % 256 == 0
 
 
@@ -49,6 +49,14 @@ def test_without_cap_sys_resource_the_limit_stays_and_the_note_says_how_to_raise
 
 
 def test_past_fs_nr_open_even_root_gets_the_ceiling_and_is_told(limits):
-    limits(20_000, root=True, ceiling=30_000)
+    limits(20_000, root=True, ceiling=21_000)
     got = sizing.size(20_000, 0, 1)
-    assert got.nofile == 30_000 and "fs.nr_open" in got.note
+    assert got.nofile == 21_000 and "fs.nr_open" in got.note
+
+
+def test_the_note_names_the_brokers_that_fit_100000_partitions_under_the_limit(limits):
+    limits(20_000, root=False)
+    got = sizing.size(100_000, 10_000, 3)
+    assert got.nofile == 20_000 < got.wanted_nofile and "with 6 brokers" in got.note
+    six = sizing.size(100_000, 10_000, 6)
+    assert six.wanted_nofile <= 20_000 and not six.note and six.heap_mb >= 1280
