@@ -156,3 +156,6 @@ def test_the_container_drills_are_named_by_a_kdiag_with_no_config(container_lab:
     assert [r["name"] for r in results] == drills, run.stderr[-3000:]
     for r in results:
         assert r["passed"] and r["detected"] and r["reverted"] and r["false_attributions"] == [], r
+    assert run.returncode == 0, run.stderr[-3000:]
+    for n in range(1, 4):
+        assert containers.memory_limit(BASE, n) == containers.MEMORY  # container-memory put the limit back
