@@ -32,6 +32,7 @@ class AdminSession:
         self._admin: Any = None
         self._consumer: Any = None
         self.record_times = RecordTimes(self._conf)
+        self.view = OffsetsView()  # the __consumer_offsets reader's table, as the collector passes it on
 
     def _conf(self, **extra: object) -> dict[str, Any]:
         return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,
@@ -100,10 +101,11 @@ def start(settings: dict[str, Any]) -> Any:
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         view = request.get("committed")
+        if view is not None:
+            session.view.update(view)
         try:
             return {"state": session.fetch(request.get("full", True), request.get("local_broker"),
-                                           request.get("record_times"),
-                                           None if view is None else OffsetsView(view["read"], view.get("groups")))}
+                                           request.get("record_times"), None if view is None else session.view)}
         except KafkaAdminError as e:
             return {"error": str(e)}
 

@@ -34,6 +34,7 @@ class OffsetsTable:
         self._offsets: dict[str, dict[str, dict[int, tuple[int, int]]]] = {}  # group -> topic -> partition -> (o, ms)
         self.groups: dict[str, GroupValue] = {}
         self.malformed = 0  # records whose key or value did not decode
+        self.changed: set[str] = set()  # groups whose offsets changed since the last view
         self._keys: dict[bytes, OffsetKey | GroupKey | None] = {}
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
@@ -62,6 +63,7 @@ class OffsetsTable:
         return decoded
 
     def _offset(self, key: OffsetKey, value: bytes | None) -> None:
+        self.changed.add(key.group)
         topics = self._offsets.get(key.group)
         if value is None or (committed := decode_offset_value(value)).offset < 0:
             # OffsetFetch answers no offset for a partition committed at -1: the same as none.
@@ -76,12 +78,17 @@ class OffsetsTable:
             topics = self._offsets[key.group] = {}
         topics.setdefault(key.topic, {})[key.partition] = (committed.offset, committed.commit_ms)
 
-    def view(self) -> dict[str, tuple[int, dict[str, list[int]]]]:
-        """Per group, its newest commit time (epoch ms, -1 when unknown) and per topic [partition, offset, ...]."""
-        out = {}
-        for group, topics in self._offsets.items():
+    def view(self, full: bool) -> dict[str, tuple[int, dict[str, list[int]]] | None]:
+        """Per group (every group when full, else those changed since the last view), its newest commit time (epoch ms,
+        -1 when unknown) and per topic [partition, offset, ...]; None for a group that has no offsets left."""
+        out: dict[str, tuple[int, dict[str, list[int]]] | None] = {}
+        for group in self._offsets if full else self.changed:
+            if (topics := self._offsets.get(group)) is None:
+                out[group] = None
+                continue
             newest = max(ms for parts in topics.values() for _, ms in parts.values())
             out[group] = (newest, {t: [n for p, (o, _) in parts.items() for n in (p, o)] for t, parts in topics.items()})
+        self.changed = set()
         return out
 
     def get(self, group: str) -> dict[str, list[tuple[int, int]]]:
@@ -128,10 +135,10 @@ class OffsetsTopicReader:
             done = sum(min(self._position[p], end) - start for p, (start, end) in self._first.items())
             return 1.0 if done >= total else done / total
 
-    def view(self) -> dict[str, tuple[int, dict[str, list[int]]]]:
-        """Every group's newest commit (epoch ms, -1 when unknown) and per topic its partitions and offsets, flat."""
+    def view(self, full: bool) -> dict[str, tuple[int, dict[str, list[int]]] | None]:
+        """OffsetsTable.view of the table now."""
         with self._lock:
-            return self.table.view()
+            return self.table.view(full)
 
     def _run(self) -> None:
         from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -195,16 +202,35 @@ class OffsetsTopicReader:
 
 
 class OffsetsView:
-    """What an admin fetch gets of the reader (the answer of offsets_worker): the share of its first read done and,
-    once that is all, every group's committed offsets and newest commit time."""
+    """The AdminClient process's copy of the reader's table, kept up to date from the reader's answers (passed on by
+    the collector: every group at first, then the groups that changed), and how much of its first read is done."""
 
-    def __init__(self, read: float, groups: dict[str, Any] | None = None):
-        self.read = read
-        self.caught_up = groups is not None
-        self._groups = groups or {}
+    def __init__(self) -> None:
+        self.read = 0.0
+        self._groups: dict[str, tuple[dict[str, list[tuple[int, int]]], float | None]] = {}
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the reader has read up to the ends it saw when it began: the copy holds every group."""
+        return self.read >= 1.0
+
+    def update(self, answer: dict[str, Any]) -> None:
+        """Take in a reader's answer: `read`, and `groups` (every group when `full`, else the changed ones; None for
+        a group gone)."""
+        self.read = answer["read"]
+        if (groups := answer.get("groups")) is None:
+            return
+        if answer.get("full"):
+            self._groups = {}
+        for group, entry in groups.items():
+            if entry is None:
+                self._groups.pop(group, None)
+                continue
+            newest, topics = entry
+            self._groups[group] = ({t: list(zip(flat[::2], flat[1::2], strict=True)) for t, flat in topics.items()},
+                                   newest / 1000 if newest >= 0 else None)
 
     def offsets(self, group: str) -> tuple[dict[str, list[tuple[int, int]]], float | None]:
-        """The group's committed offsets (as OffsetsTable.get) and newest commit time (epoch s; None when unknown)."""
-        newest, topics = self._groups.get(group) or (-1, {})
-        offsets = {t: sorted(zip(flat[::2], flat[1::2], strict=True)) for t, flat in topics.items()}
-        return offsets, newest / 1000 if newest >= 0 else None
+        """The group's committed offsets (per topic, (partition, offset)) and newest commit time (epoch s; None when
+        unknown)."""
+        return self._groups.get(group) or ({}, None)

@@ -3,8 +3,9 @@
 It reads the topic from its start when it starts and then keeps up, whatever the AdminClient process does: a fetch
 that fails or a librdkafka crash there (kdiag/core/worker_process.py) costs nothing of what was read here. Each
 request is answered at once with what the reader has now: the share of its first read done and, once that is all,
-every group's committed offsets; and the CPU seconds this process used since its last answer (its reader thread
-runs between requests).
+the committed offsets of every group (asked `full`, and in its first such answer) or of the groups that changed since
+its last answer; and the CPU seconds this process used since its last answer (its reader thread runs between
+requests).
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ def start(settings: dict[str, Any]) -> Any:
     reader = OffsetsTopicReader(client.client_conf(bootstrap, "kdiag", errors, timeout, {
         "request.timeout.ms": int(timeout * 1000), "group.id": "kdiag-offsets-reader"}))
     reader.start()
-    answered = time.process_time()
+    answered, first = time.process_time(), True
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
-        nonlocal answered
+        nonlocal answered, first
         read = reader.read()
         error = reader.error and (errors.reason() or client.redact(reader.error))
         answer: dict[str, Any] = {"read": read, "error": error, "malformed": reader.table.malformed}
         if read >= 1.0:
-            answer["groups"] = reader.view()
+            answer["full"] = full = request.get("full", True) or first
+            answer["groups"], first = reader.view(full), False
         now = time.process_time()
         answer["cpu"], answered = now - answered, now
         return answer

@@ -57,24 +57,50 @@ def test_a_malformed_record_is_counted_and_the_others_still_fold():
     assert {f"{t}:{p}": o for t, parts in table.get(live).items() for p, o in parts} == capture["offset_fetch"][live]
 
 
+def travelled(table: OffsetsTable, full: bool) -> dict:
+    """The reader's answer as the AdminClient process gets it: marshal from the reader's process, a JSON line on."""
+    return json.loads(json.dumps(marshal.loads(marshal.dumps({"read": 1.0, "full": full, "groups": table.view(full)}))))
+
+
+def folded(view: OffsetsView, group: str) -> dict[str, int]:
+    return {f"{t}:{p}": o for t, parts in view.offsets(group)[0].items() for p, o in parts}
+
+
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.stem)
-def test_the_view_an_admin_fetch_gets_holds_the_latest_commit_of_every_group_and_no_deleted_one(path):
+def test_the_copy_an_admin_fetch_reads_holds_the_latest_commit_of_every_group_and_no_deleted_one(path):
     capture = json.loads(path.read_text())
-    table = _table(capture)
-    # As it travels: marshal from the reader's process, a JSON line to the AdminClient's.
-    view = OffsetsView(1.0, json.loads(json.dumps(marshal.loads(marshal.dumps(table.view())))))
-    assert view.caught_up
-    for group, fetched in capture["offset_fetch"].items():
-        offsets, last = view.offsets(group)
-        assert {f"{t}:{p}": o for t, parts in offsets.items() for p, o in parts} == fetched
-        assert last == table.last_commit(group) and last is not None
-    assert view.offsets(capture["groups"]["gone"]) == ({}, None)
-    assert capture["groups"]["gone"] not in table.view()
+    records = [(bytes.fromhex(r["key"]), None if r["value"] is None else bytes.fromhex(r["value"]))
+               for r in capture["records"]]
+    gone = capture["groups"]["gone"]
+    # Every group at first, then only what changed: the same copy wherever the records are split.
+    for split in range(len(records) + 1):
+        table, view = OffsetsTable(), OffsetsView()
+        for key, value in records[:split]:
+            table.apply(key, value)
+        view.update(travelled(table, True))
+        for key, value in records[split:]:
+            table.apply(key, value)
+        delta = travelled(table, False)
+        assert len(delta["groups"]) <= len(capture["offset_fetch"]) + 1
+        view.update(delta)
+        assert view.caught_up
+        for group, fetched in capture["offset_fetch"].items():
+            assert folded(view, group) == fetched
+            assert view.offsets(group)[1] == table.last_commit(group) is not None
+        assert view.offsets(gone) == ({}, None)
+    assert travelled(table, False)["groups"] == {}  # nothing changed since
 
 
-def test_a_view_before_the_first_read_is_done_holds_no_offsets():
-    view = OffsetsView(0.4)
-    assert not view.caught_up and view.read == 0.4 and view.offsets("any") == ({}, None)
+def test_a_full_answer_replaces_the_copy_and_one_before_the_first_read_is_done_leaves_it():
+    capture = json.loads(CAPTURES[0].read_text())
+    view = OffsetsView()
+    view.update(travelled(_table(capture), True))
+    live = capture["groups"]["live"]
+    assert folded(view, live) == capture["offset_fetch"][live]
+    view.update({"read": 0.4})
+    assert not view.caught_up and folded(view, live) == capture["offset_fetch"][live]
+    view.update({"read": 1.0, "full": True, "groups": {}})  # a new reader's: the groups it has, and only those
+    assert view.caught_up and view.offsets(live) == ({}, None)
 
 
 @pytest.fixture

@@ -111,7 +111,9 @@ def test_while_the_reader_catches_up_offset_fetch_reads_a_bounded_number_of_grou
     topic, committed = many_groups["topic"], many_groups["committed"]
     session = AdminSession(many_groups["bootstrap"], 10.0, ClientSettings())
     try:
-        state = session.fetch(view=OffsetsView(0.5))
+        view = OffsetsView()
+        view.update({"read": 0.5})
+        state = session.fetch(view=view)
         read = {g: lag for g, lag in lags(state, committed).items() if lag}
         assert len(lags(state, committed)) == GROUPS  # every group listed, with its state
         assert 0 < len(read) <= FALLBACK_GROUPS

@@ -78,6 +78,9 @@ class KafkaAdminCollector(Collector):
             "bootstrap_servers": bootstrap_servers, "timeout": timeout, "client": client},
             "the __consumer_offsets reader process") if committed_offsets == "offsets_topic" else None
         self.offsets_read: float | None = None  # the share of the reader's first read done, at the last fetch
+        # (reader pid, AdminClient pid) when the AdminClient process last took in the reader's groups: while the same
+        # two run, the reader sends only the groups that changed since.
+        self._view_base: tuple[int | None, int | None] | None = None
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
         self.lag_clock = LagClock()
         self.partition_rates = PartitionRates()
@@ -119,11 +122,14 @@ class KafkaAdminCollector(Collector):
             full = self._full
             began = time.monotonic()
             view, reader_cpu = self._view(full)
+            self._view_base = None
             answer = self.worker.request({"fetch": True, "full": full, "local_broker": self.local_broker,
                                           "record_times": self.lag_clock.unanswered, "committed": view},
                                          self.timeout + 4.0 - (time.monotonic() - began))
         except WorkerError as e:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
+        if view is not None and "groups" in view and self.reader is not None:
+            self._view_base = (self.reader.pid(), self.worker.pid())
         self.child_cpu_seconds = self.worker.last_cpu_seconds + reader_cpu
         if "error" in answer:
             raise KafkaAdminError(answer["error"])
@@ -139,8 +145,10 @@ class KafkaAdminCollector(Collector):
                 self.reader.close()  # a standby reads no cluster-wide state, __consumer_offsets included
             self.offsets_read = None
             return None, 0.0
+        base = (self.reader.pid(), self.worker.pid())
         try:
-            answer = self.reader.request({"view": True}, READER_TIMEOUT)
+            answer = self.reader.request({"view": True, "full": None in base or base != self._view_base},
+                                         READER_TIMEOUT)
         except WorkerError as e:
             log.warning("committed offsets from OffsetFetch for a few groups only: %s", e)
             self.offsets_read = 0.0
