@@ -21,8 +21,10 @@ from kdiag.kafka.offsets_records import GroupKey, GroupValue, OffsetKey, RecordE
 TOPIC = "__consumer_offsets"
 BATCH = 2_000  # records folded per hold of the lock: a view waits for one batch at most
 ASSIGN_RETRY = 10.0  # seconds between looks for the topic while there is none (or no broker answers)
-# Decoded keys kept for the next record of the same key (a group commits the same partitions again and again).
-MAX_KEYS = 1_000_000
+# Decoded keys kept for the next record of the same key (a group commits the same partitions again and again): the
+# keys of the groups that commit (500 groups of 100 partitions: 50,000), not every key of the topic (a million
+# decoded keys held 150 MB).
+MAX_KEYS = 100_000
 
 log = logging.getLogger(__name__)
 
