@@ -4,8 +4,9 @@ OffsetsTable folds the topic's records (offsets_records.py decodes them) into ea
 commit times, as the group coordinator does when it loads the topic (the latest commit per group, topic and partition;
 tombstones, written at deletions and expirations, remove it); OffsetsTopicReader keeps one unjoined read_committed
 Consumer assigned to every partition of the topic and folds its records in a thread as they come, in its own process
-(kdiag/kafka/offsets_worker.py) that outlives the AdminClient's; OffsetsView is what an admin fetch gets of it at
-once: the table once the reader has read up to the ends it saw when it began, else how much of that it has read.
+(kdiag/kafka/offsets_worker.py) that outlives the AdminClient's; OffsetsView is the AdminClient process's copy of the
+table, updated at each fetch with the groups that changed, used once the reader has read up to the ends it saw when
+it began.
 Its cost grows with the commit rate, not with the number of groups.
 """
 
