@@ -267,13 +267,17 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
             time.sleep(warmup)
             pids = [proc.pid, *children(proc.pid)]
             cpu0, t0 = sum(map(cpu_seconds, pids)), time.monotonic()
-            scrapes, rss, body, cycles, admin = [], [], b"", set(), set()
+            scrapes, rss, body, cycles, admin, durations = [], [], b"", set(), set(), {}
+            failed = 0  # scrapes whose admin fetch had failed
             while time.monotonic() - t0 < window:
                 took, body = scrape(conn)
                 scrapes.append(took)
                 rss.append(rss_mb(proc.pid))
                 cycles.add(metric(body, "kdiag_last_cycle_timestamp_seconds"))
-                admin.add(metric(body, 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}'))
+                at = metric(body, 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}')
+                admin.add(at)
+                durations[at] = metric(body, 'kdiag_collector_duration_seconds{collector="kafka_admin"}')
+                failed += metric(body, 'kdiag_collector_success{collector="kafka_admin"}') == 0
                 time.sleep(max(0.0, interval - took))
             cpu = sum(map(cpu_seconds, pids)) - cpu0
             elapsed = time.monotonic() - t0
@@ -291,7 +295,8 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
     return {"cpu_share": cpu / elapsed, "rss": max(rss), "children_rss": children_rss, "children": len(pids) - 1,
             "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
             if len(admin_times) > 1 else math.nan,
-            "scrape_p99": percentile(scrapes, 99), "series": len(lines),
+            "scrape_p99": percentile(scrapes, 99), "series": len(lines), "failed_scrapes": failed,
+            "admin_p50": percentile(list(durations.values()), 50), "admin_max": max(durations.values(), default=math.nan),
             "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_")), "body": body}
 
 

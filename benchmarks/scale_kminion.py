@@ -126,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=60)
     p.add_argument("--warmup", type=float, default=20)
     p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
+    p.add_argument("--kdiag-only", action="store_true", help="kdiag's two committed-offsets modes, no KMinion")
     args = p.parse_args(argv)
     lab = read_lab()
-    if not lab or not KMINION.exists():
+    if not lab or not (args.kdiag_only or KMINION.exists()):
         print("needs a lab (KDIAG_LAB_DIR=... kdiag lab up) and benchmarks/build_kminion.sh run", file=sys.stderr)
         return 2
     config = yaml.safe_load(lab_config().read_text())
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     sampled = [GROUP.format(i) for i in range(args.moving, args.groups) if i % topics < SAMPLED_TOPICS][:SAMPLED_GROUPS]
     truth = {g: float(args.messages * args.per_topic) for g in sampled}
     readers = [JmxReader(url, classpath(lab["dir"]), 1.0, (REQUESTS,), ("Count",), "java") for url in lab["jmx"].values()]
-    rows, lags = [], {}
+    rows, lags, fetches = [], {}, {}
     try:
         with Committer(bootstrap, args.moving, topics, args.per_topic, every=args.commit_every):
             r0, t0 = requests_total(readers), time.monotonic()
@@ -162,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 rate = (requests_total(readers) - r0) / (args.window + args.warmup)
                 rows.append((f"kdiag ({source})", r["cpu_share"], r["rss"] + r["children_rss"], rate - baseline))
                 lags[rows[-1][0]] = group_lags(r["body"], "kdiag_kafka_consumergroup_lag", "group")
-            for mode in ("adminApi", "offsetsTopic"):
+                fetches[rows[-1][0]] = f"{r['admin_p50']:.2f} s / {r['admin_max']:.2f} s, {r['failed_scrapes']} failed"
+            for mode in ("adminApi", "offsetsTopic") if not args.kdiag_only else ():
                 progress(f"KMinion, {mode}")
                 r0 = requests_total(readers)
                 t0 = time.monotonic()
@@ -178,11 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{topics * args.per_topic} partitions, {args.groups} groups ({args.moving} committing every "
           f"{args.commit_every:g}s), {args.window:g}s windows after {args.warmup:g}s warm-up, one tool at a time; "
           f"baseline {baseline:.1f} requests/s (the committer)\n")
-    print("| tool | CPU (1 core) | RSS | Kafka requests/s | sampled lags equal to the truth |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| tool | CPU (1 core) | RSS | Kafka requests/s | admin fetch p50 / max, failed scrapes "
+          "| sampled lags equal to the truth |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, cpu, rss, rate in rows:
         agree = sum(lags[name].get(g) == v for g, v in truth.items())
-        print(f"| {name} | {cpu * 100:.2f}% | {rss:.0f} MB | {rate:.1f} | {agree}/{len(truth)} |")
+        print(f"| {name} | {cpu * 100:.2f}% | {rss:.0f} MB | {rate:.1f} | {fetches.get(name, '')} "
+              f"| {agree}/{len(truth)} |")
     print("\n| group | truth | " + " | ".join(name for name, *_ in rows) + " |")
     print("| --- | ---: |" + " ---: |" * len(rows))
     for g, v in truth.items():

@@ -111,6 +111,10 @@ KAFKA_TOPIC_LOG_END_OFFSET_TOTAL = counter(
     "kdiag_kafka_topic_log_end_offset_total", "Sum of the log end offsets of the topic's partitions.", "topic"
 )
 KAFKA_TOPIC_OFFLINE_PARTITIONS = gauge("kdiag_kafka_topic_offline_partitions", "Partitions without a leader.", "topic")
+KAFKA_OFFSETS_TOPIC_READ = gauge(
+    "kdiag_kafka_offsets_topic_read_ratio",
+    "Share of __consumer_offsets (up to its end when kdiag began reading it) read so far, with kafka.committed_offsets: "
+    "offsets_topic; 1 once caught up. Below 1, committed offsets come from OffsetFetch for a few groups only.")
 KAFKA_TOPIC_KDIAG_OWN = gauge(
     "kdiag_kafka_topic_kdiag_own",
     "A topic kdiag creates and configures itself (its probe's, its coordination's; always 1): no topic rule judges it.",

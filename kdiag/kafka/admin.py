@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, TypedDict
 
-from kdiag.kafka.offsets_topic import OffsetsTopicReader
+from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.partition_lag import TopPartitions
 from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
 
@@ -25,6 +25,9 @@ from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, G
 # batches of 500 cost 0.03 s (measured on the lab, see benchmarks/scale.py). Metadata has no "changed since" form
 # (nor has DescribeTopicPartitions, KIP-966: it pages): every fetch asks it once for every topic.
 OFFSETS_BATCH = 500
+# Groups whose offsets OffsetFetch reads per fetch while the __consumer_offsets reader catches up: about what one
+# fetch of the offset_fetch mode reads in a few seconds (1,000 groups at 1.3% of a core).
+FALLBACK_GROUPS = 500
 TOPIC_CONFIGS = (
     "flush.messages",
     "flush.ms",
@@ -170,9 +173,11 @@ def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -
 
 
 def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache,
-            reader: OffsetsTopicReader | None, top: TopPartitions) -> dict[str, Group]:
+            view: OffsetsView | None, top: TopPartitions) -> dict[str, Group]:
     """State, member count and lag (per topic: sum and largest partition) of every consumer group; committed offsets
-    from the reader of __consumer_offsets when given (with each group's last commit time), else OffsetFetch."""
+    from the view of __consumer_offsets when given (with each group's last commit time), else OffsetFetch. While the
+    reader has not read the topic up to where it was when it began, OffsetFetch for FALLBACK_GROUPS groups only,
+    those with members first: the others are listed without lag until the view has them."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     listed = admin.list_consumer_groups(request_timeout=_left(deadline)).result(timeout=_left(deadline))
@@ -189,12 +194,16 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     described = admin.describe_consumer_groups(active, request_timeout=_left(deadline)) if active else {}
     # The API takes one group per call, so the calls are issued together and awaited after.
     offsets: dict[str, Future[Any]] = {}
-    # Until the reader has read the whole topic (its first read at kdiag's start), OffsetFetch answers, with half
-    # of the time left for it.
-    if reader is not None and not reader.catch_up(time.monotonic() + (deadline - time.monotonic()) / 2):
-        _say_once("still reading __consumer_offsets from its start: committed offsets from OffsetFetch meanwhile")
-        reader = None
-    for g in ids if reader is None else ():
+    if view is None:
+        fetched = ids
+    elif view.caught_up:
+        fetched = []
+    else:
+        # 10,000 OffsetFetch requests do not fit in one fetch: the same few each time (their lag stays fresh and
+        # continuous), the groups whose consumers run first.
+        fetched = sorted(ids, key=lambda g: (states[g] == "EMPTY", g))[:FALLBACK_GROUPS]
+        committed.keep(fetched)
+    for g in fetched:
         if committed.due(g, states[g]):
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
                                                              request_timeout=_left(deadline)))
@@ -202,7 +211,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     for g, answer in _results(offsets, deadline).items():
         committed.put(g, states[g], answer.topic_partitions)
     ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
-    read = reader.offsets(ids) if reader is not None else {}
+    read = view if view is not None and view.caught_up else None
     groups: dict[str, Group] = {}
     for g in ids:
         if states[g] == "EMPTY":
@@ -211,7 +220,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
             state, members = getattr(descriptions[g].state, "name", str(descriptions[g].state)), descriptions[g].members
         else:
             continue
-        read_offsets, last = read.get(g) or (committed.get(g), None)
+        read_offsets, last = read.offsets(g) if read is not None else (committed.get(g), None)
         groups[g] = {"state": state, "members": len(members), "lag": _lag(read_offsets, ends)}
         top.add(g, read_offsets, ends)
         if last is not None:
@@ -309,7 +318,7 @@ def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
 
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
-                      local_broker: int | None = None, reader: OffsetsTopicReader | None = None,
+                      local_broker: int | None = None, view: OffsetsView | None = None,
                       top_partitions: int = 0) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
@@ -337,7 +346,7 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
     }
     if full:
         top = TopPartitions(top_partitions)
-        state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0), reader, top)
+        state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0), view, top)
         if top_partitions:
             state["top_partitions"] = top.result()
     if not full:

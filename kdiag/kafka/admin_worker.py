@@ -10,7 +10,7 @@ from typing import Any
 
 from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
 from kdiag.kafka.client import ClientSettings, ErrorLog
-from kdiag.kafka.offsets_topic import OffsetsTopicReader
+from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.record_time import RecordTimes
 from kdiag.kafka.state import AdminState
 from kdiag.core.worker_process import serve
@@ -21,7 +21,7 @@ class AdminSession:
     lives in the AdminClient's own process."""
 
     def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0,
-                 quiet_groups_interval: float = 0.0, committed_offsets: str = "offset_fetch", top_partitions: int = 0):
+                 quiet_groups_interval: float = 0.0, top_partitions: int = 0):
         self.bootstrap_servers = bootstrap_servers
         self.timeout = timeout
         self.top_partitions = top_partitions
@@ -32,9 +32,7 @@ class AdminSession:
         self._admin: Any = None
         self._consumer: Any = None
         self.record_times = RecordTimes(self._conf)
-        # Never joined: librdkafka only wants a group.id to make a consumer.
-        self.reader = OffsetsTopicReader(self._conf(**{"group.id": "kdiag-offsets-reader"})) \
-            if committed_offsets == "offsets_topic" else None
+        self.view = OffsetsView()  # the __consumer_offsets reader's table, as the collector passes it on
 
     def _conf(self, **extra: object) -> dict[str, Any]:
         return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,
@@ -63,24 +61,16 @@ class AdminSession:
         if consumer is not None:
             consumer.close()
         self.record_times.close()
-        if self.reader is not None:
-            self.reader.close()
-
-    def _committed(self, group: str) -> dict[str, list[tuple[int, int]]]:
-        """The group's committed offsets, from the source the fetch used."""
-        return self.committed.get(group) if self.reader is None else self.reader.offsets([group])[group][0]
 
     def fetch(self, full: bool = True, local_broker: int | None = None,
-              record_times: list[list[str]] | None = None) -> AdminState:
-        """Live admin state (see fetch_admin_state for `full`); KafkaAdminError naming the bootstrap servers when the
-        cluster fails to answer."""
+              record_times: list[list[str]] | None = None, view: OffsetsView | None = None) -> AdminState:
+        """Live admin state (see fetch_admin_state for `full`), committed offsets from `view` when given (the
+        __consumer_offsets reader's); KafkaAdminError naming the bootstrap servers when the cluster fails to answer."""
         from confluent_kafka import KafkaException
 
-        if not full and self.reader is not None:
-            self.reader.close()  # a standby reads no cluster-wide state, __consumer_offsets included
         try:
             state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed, full,
-                                      local_broker, self.reader, self.top_partitions)
+                                      local_broker, view, self.top_partitions)
         except (KafkaException, TimeoutError) as e:
             admin = self._admin
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next
@@ -92,7 +82,8 @@ class AdminSession:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {reason}") from None
         if record_times and state["consumer_groups"]:
             with contextlib.suppress(KafkaException):  # only the fallback of lag seconds is lost
-                self.record_times.add_to(state, record_times, self._committed)
+                self.record_times.add_to(state, record_times, self.committed.get if view is None or not view.caught_up
+                                         else lambda g: view.offsets(g)[0])
         if state.get("top_partitions"):
             with contextlib.suppress(KafkaException):  # only the fallback of partition lag seconds is lost
                 self.record_times.add_to_partitions(state["top_partitions"])
@@ -106,13 +97,15 @@ def start(settings: dict[str, Any]) -> Any:
     """The request handler of one child: its AdminSession answers every fetch."""
     client = ClientSettings(**settings["client"])
     session = AdminSession(settings["bootstrap_servers"], settings["timeout"], client, settings.get("configs_interval", 0.0),
-                           settings.get("quiet_groups_interval", 0.0),
-                           settings.get("committed_offsets", "offset_fetch"), settings.get("top_partitions", 0))
+                           settings.get("quiet_groups_interval", 0.0), settings.get("top_partitions", 0))
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
+        view = request.get("committed")
+        if view is not None:
+            session.view.update(view)
         try:
             return {"state": session.fetch(request.get("full", True), request.get("local_broker"),
-                                           request.get("record_times"))}
+                                           request.get("record_times"), None if view is None else session.view)}
         except KafkaAdminError as e:
             return {"error": str(e)}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import marshal
 import struct
 import time
 import uuid
@@ -17,9 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.paths import FIXTURES
 from tests.waiting import wait_until
 
-from kdiag.kafka.admin_worker import AdminSession
-from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.offsets_topic import OffsetsTable
+from kdiag.collectors.kafka.admin import KafkaAdminCollector
+from kdiag.kafka.state import AdminState
+from kdiag.kafka.offsets_topic import OffsetsTable, OffsetsView
 
 CAPTURES = sorted((FIXTURES / "kafka" / "consumer-offsets").glob("kafka-*.json"))
 
@@ -56,6 +57,52 @@ def test_a_malformed_record_is_counted_and_the_others_still_fold():
     assert {f"{t}:{p}": o for t, parts in table.get(live).items() for p, o in parts} == capture["offset_fetch"][live]
 
 
+def travelled(table: OffsetsTable, full: bool) -> dict:
+    """The reader's answer as the AdminClient process gets it: marshal from the reader's process, a JSON line on."""
+    return json.loads(json.dumps(marshal.loads(marshal.dumps({"read": 1.0, "full": full, "groups": table.view(full)}))))
+
+
+def folded(view: OffsetsView, group: str) -> dict[str, int]:
+    return {f"{t}:{p}": o for t, parts in view.offsets(group)[0].items() for p, o in parts}
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.stem)
+def test_the_copy_an_admin_fetch_reads_holds_the_latest_commit_of_every_group_and_no_deleted_one(path):
+    capture = json.loads(path.read_text())
+    records = [(bytes.fromhex(r["key"]), None if r["value"] is None else bytes.fromhex(r["value"]))
+               for r in capture["records"]]
+    gone = capture["groups"]["gone"]
+    # Every group at first, then only what changed: the same copy wherever the records are split.
+    for split in range(len(records) + 1):
+        table, view = OffsetsTable(), OffsetsView()
+        for key, value in records[:split]:
+            table.apply(key, value)
+        view.update(travelled(table, True))
+        for key, value in records[split:]:
+            table.apply(key, value)
+        delta = travelled(table, False)
+        assert len(delta["groups"]) <= len(capture["offset_fetch"]) + 1
+        view.update(delta)
+        assert view.caught_up
+        for group, fetched in capture["offset_fetch"].items():
+            assert folded(view, group) == fetched
+            assert view.offsets(group)[1] == table.last_commit(group) is not None
+        assert view.offsets(gone) == ({}, None)
+    assert travelled(table, False)["groups"] == {}  # nothing changed since
+
+
+def test_a_full_answer_replaces_the_copy_and_one_before_the_first_read_is_done_leaves_it():
+    capture = json.loads(CAPTURES[0].read_text())
+    view = OffsetsView()
+    view.update(travelled(_table(capture), True))
+    live = capture["groups"]["live"]
+    assert folded(view, live) == capture["offset_fetch"][live]
+    view.update({"read": 0.4})
+    assert not view.caught_up and folded(view, live) == capture["offset_fetch"][live]
+    view.update({"read": 1.0, "full": True, "groups": {}})  # a new reader's: the groups it has, and only those
+    assert view.caught_up and view.offsets(live) == ({}, None)
+
+
 @pytest.fixture
 def lab_groups(kafka_lab) -> Iterator[dict]:
     """A topic of 4 partitions with 10 messages each, and 6 Empty groups committed at different offsets."""
@@ -83,50 +130,58 @@ def commit(admin: AdminClient, group: str, offsets: list[TopicPartition]) -> Non
 
 
 @contextlib.contextmanager
-def sessions(bootstrap: str) -> Iterator[tuple[AdminSession, AdminSession]]:
+def collectors(bootstrap: str) -> Iterator[tuple[KafkaAdminCollector, KafkaAdminCollector]]:
     """Today's OffsetFetch path and the __consumer_offsets reader, side by side."""
-    fetch, topic = (AdminSession(bootstrap, 10.0, ClientSettings(), committed_offsets=c)
-                    for c in ("offset_fetch", "offsets_topic"))
+    by_fetch, by_topic = (KafkaAdminCollector(bootstrap, committed_offsets=c) for c in ("offset_fetch", "offsets_topic"))
     try:
-        yield fetch, topic
+        yield by_fetch, by_topic
     finally:
-        fetch.close()
-        topic.close()
+        by_fetch.close()
+        by_topic.close()
 
 
-def lags(session: AdminSession, groups: list[str]) -> dict[str, dict]:
-    state = session.fetch()
+def lags(collector: KafkaAdminCollector, groups: list[str]) -> dict[str, dict]:
+    state = collector.fetch()
     return {g: state["consumer_groups"][g]["lag"] for g in groups if g in state["consumer_groups"]}
+
+
+def read_through(collector: KafkaAdminCollector) -> AdminState:
+    """A fetch whose committed offsets came from the reader, once it has read the topic up to where it was."""
+    return wait_until(lambda: state if (state := collector.fetch()) and collector.offsets_read == 1.0 else None, 60,
+                      "the reader caught up")
 
 
 @pytest.mark.kafka
 def test_the_reader_gives_the_lag_offset_fetch_gives_through_commits_and_deletions(lab_groups):
     admin, topic, groups = lab_groups["admin"], lab_groups["topic"], lab_groups["groups"]
-    with sessions(lab_groups["bootstrap"]) as (by_fetch, by_topic):
+    with collectors(lab_groups["bootstrap"]) as (by_fetch, by_topic):
         expected = wait_until(lambda: got if len(got := lags(by_fetch, groups)) == len(groups) else None, 30,
                               "every group listed with its lag")
+        read_through(by_topic)
         assert lags(by_topic, groups) == expected
         before = time.time()
         commit(admin, groups[0], [TopicPartition(topic, p, 10) for p in range(4)])  # caught up
         admin.delete_consumer_groups([groups[1]])[groups[1]].result(timeout=60)
         expected = wait_until(lambda: got if groups[1] not in (got := lags(by_fetch, groups)) else None, 30,
                               "the deleted group gone")
-        state = by_topic.fetch()
+        state = wait_until(lambda: got if (got := by_topic.fetch())["consumer_groups"][groups[0]].get(
+            "last_commit", 0) >= before - 1 else None, 30, "the new commit read")
         assert {g: state["consumer_groups"][g]["lag"] for g in expected} == expected
         assert expected[groups[0]][topic] == {"sum": 0, "max": 0}
-        assert state["consumer_groups"][groups[0]]["last_commit"] >= before - 1
         assert state["consumer_groups"][groups[2]]["last_commit"] < before
         assert "last_commit" not in by_fetch.fetch()["consumer_groups"][groups[0]]
-        assert by_topic.reader is not None and by_topic.reader.table.malformed == 0
 
 
 @pytest.mark.kafka
-def test_a_standby_fetch_stops_reading_the_topic_and_the_next_full_fetch_reads_it_again(lab_groups):
+def test_a_standby_fetch_stops_the_reader_and_the_next_full_fetch_reads_the_topic_again(lab_groups):
     topic, group = lab_groups["topic"], lab_groups["groups"][3]
-    with sessions(lab_groups["bootstrap"]) as (by_fetch, by_topic):
-        assert by_topic.fetch()["consumer_groups"][group]["lag"] == by_fetch.fetch()["consumer_groups"][group]["lag"]
-        assert by_topic.reader is not None and by_topic.reader.offsets([group])[group][0]
-        by_topic.fetch(full=False)
-        assert by_topic.reader.offsets([group])[group][0] == {}
-        assert by_topic.fetch()["consumer_groups"][group]["lag"][topic] == by_fetch.fetch()["consumer_groups"][group][
-            "lag"][topic]
+    with collectors(lab_groups["bootstrap"]) as (by_fetch, by_topic):
+        assert read_through(by_topic)["consumer_groups"][group]["lag"] == by_fetch.fetch()["consumer_groups"][group][
+            "lag"]
+        assert by_topic.reader is not None and by_topic.reader.pid() is not None
+        by_topic.set_full(False)
+        assert by_topic.fetch()["consumer_groups"] == {}
+        assert by_topic.reader.pid() is None and by_topic.offsets_read is None
+        by_topic.set_full(True)
+        assert read_through(by_topic)["consumer_groups"][group]["lag"][topic] == by_fetch.fetch()["consumer_groups"][
+            group]["lag"][topic]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import cast
+import logging
+import time
+from typing import Any, cast
 
 from kdiag.collectors import Collector
 from kdiag.collectors.kafka.admin_samples import FAMILIES as STATE_FAMILIES
@@ -20,11 +22,17 @@ from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess
-from kdiag.families.kafka import CONSUMER_PARTITION_LAG_SECONDS, KAFKA_BROKER_EXPECTED, KAFKA_TOPIC_KDIAG_OWN
+from kdiag.families.kafka import CONSUMER_PARTITION_LAG_SECONDS, KAFKA_BROKER_EXPECTED, KAFKA_OFFSETS_TOPIC_READ, \
+    KAFKA_TOPIC_KDIAG_OWN
 from kdiag.kafka.admin import KafkaAdminError
 from kdiag.kafka.coordination import STATE_SUFFIX
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.state import ADMIN, AdminState, read_admin_state
+
+log = logging.getLogger(__name__)
+# Seconds the __consumer_offsets reader has to answer (it answers with what it has, at once): taken from the margin
+# the AdminClient process has past kafka.timeout, so a fetch stays within kafka.timeout + 4 s.
+READER_TIMEOUT = 2.0
 
 
 def own_groups(config: Config) -> tuple[str, ...]:
@@ -43,7 +51,8 @@ class KafkaAdminCollector(Collector):
     """Cluster, topic, config and consumer lag facts through one AdminClient in a child process (`admin_worker`)."""
 
     name = "kafka_admin"
-    families = (*STATE_FAMILIES, *LAG_FAMILIES, *RATE_FAMILIES, CONSUMER_PARTITION_LAG_SECONDS, KAFKA_TOPIC_KDIAG_OWN)
+    families = (*STATE_FAMILIES, *LAG_FAMILIES, *RATE_FAMILIES, CONSUMER_PARTITION_LAG_SECONDS, KAFKA_TOPIC_KDIAG_OWN,
+                KAFKA_OFFSETS_TOPIC_READ)
 
     def __init__(self, bootstrap_servers: str, timeout: float = 10.0, max_partition_series: int = 2000,
                  settings: ClientSettings | None = None, expected_brokers: list[int] | None = None,
@@ -59,11 +68,19 @@ class KafkaAdminCollector(Collector):
         self.group_series = group_series or SeriesFilter()
         settings = settings or ClientSettings()
         # Created now, started on the first live fetch, so replays never start it.
+        client = dataclasses.asdict(settings)
         self.worker = WorkerProcess("kdiag.kafka.admin_worker", {
             "bootstrap_servers": bootstrap_servers, "timeout": timeout, "configs_interval": configs_interval,
-            "quiet_groups_interval": quiet_groups_interval, "committed_offsets": committed_offsets,
-            "top_partitions": top_partitions,
-            "client": dataclasses.asdict(settings)}, "the AdminClient process")
+            "quiet_groups_interval": quiet_groups_interval, "top_partitions": top_partitions, "client": client},
+            "the AdminClient process")
+        # Its own process: it keeps what it read when the AdminClient process is restarted.
+        self.reader = WorkerProcess("kdiag.kafka.offsets_worker", {
+            "bootstrap_servers": bootstrap_servers, "timeout": timeout, "client": client},
+            "the __consumer_offsets reader process") if committed_offsets == "offsets_topic" else None
+        self.offsets_read: float | None = None  # the share of the reader's first read done, at the last fetch
+        # (reader pid, AdminClient pid) when the AdminClient process last took in the reader's groups: while the same
+        # two run, the reader sends only the groups that changed since.
+        self._view_base: tuple[int | None, int | None] | None = None
         self.child_cpu_seconds = 0.0  # what the last fetch cost the AdminClient process
         self.lag_clock = LagClock()
         self.partition_rates = PartitionRates()
@@ -103,16 +120,47 @@ class KafkaAdminCollector(Collector):
         try:
             # Past kafka.timeout the child gives up by itself; the margin covers its start and a TLS check.
             full = self._full
+            began = time.monotonic()
+            view, reader_cpu = self._view(full)
+            self._view_base = None
             answer = self.worker.request({"fetch": True, "full": full, "local_broker": self.local_broker,
-                                          "record_times": self.lag_clock.unanswered}, self.timeout + 4.0)
+                                          "record_times": self.lag_clock.unanswered, "committed": view},
+                                         self.timeout + 4.0 - (time.monotonic() - began))
         except WorkerError as e:
             raise KafkaAdminError(f"Kafka at {self.bootstrap_servers}: {e}") from None
-        self.child_cpu_seconds = self.worker.last_cpu_seconds
+        if view is not None and "groups" in view and self.reader is not None:
+            self._view_base = (self.reader.pid(), self.worker.pid())
+        self.child_cpu_seconds = self.worker.last_cpu_seconds + reader_cpu
         if "error" in answer:
             raise KafkaAdminError(answer["error"])
         self.full_fetches += full
         # The child runs this same code: its answer is an AdminState by construction, not input to check.
         return cast(AdminState, answer["state"])
+
+    def _view(self, full: bool) -> tuple[dict[str, Any] | None, float]:
+        """What the __consumer_offsets reader has now (None without one, or on a standby, which stops it) and the CPU
+        seconds its process used since it last answered."""
+        if self.reader is None or not full:
+            if self.reader is not None:
+                self.reader.close()  # a standby reads no cluster-wide state, __consumer_offsets included
+            self.offsets_read = None
+            return None, 0.0
+        base = (self.reader.pid(), self.worker.pid())
+        try:
+            answer = self.reader.request({"view": True, "full": None in base or base != self._view_base},
+                                         READER_TIMEOUT)
+        except WorkerError as e:
+            log.warning("committed offsets from OffsetFetch for a few groups only: %s", e)
+            self.offsets_read = 0.0
+            return {"read": 0.0}, 0.0
+        cpu = answer.pop("cpu")  # all its threads since its last answer: the reader's, between requests, too
+        if answer["read"] < 1.0:
+            log.info("catching up, %.0f%% of __consumer_offsets read: committed offsets from OffsetFetch for a few "
+                     "groups meanwhile%s", 100 * answer["read"], f" ({answer['error']})" if answer["error"] else "")
+        elif self.offsets_read is not None and self.offsets_read < 1.0:
+            log.info("caught up: committed offsets of every group from __consumer_offsets")
+        self.offsets_read = answer["read"]
+        return answer, cpu
 
     def collect(self, root: Root) -> list[Sample]:
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
@@ -123,6 +171,8 @@ class KafkaAdminCollector(Collector):
         samples += self.partition_rates.samples(root.now(), state["topics"])
         samples += self.partition_lag.samples(root.now(), state)
         samples += [KAFKA_TOPIC_KDIAG_OWN.sample(1, topic=t) for t in self.own_topics if t in state["topics"]]
+        if self.offsets_read is not None:
+            samples.append(KAFKA_OFFSETS_TOPIC_READ.sample(self.offsets_read))
         return samples + [KAFKA_BROKER_EXPECTED.sample(1, broker_id=b) for b in self.expected_brokers]
 
     def _own(self, group: str) -> bool:
@@ -135,5 +185,7 @@ class KafkaAdminCollector(Collector):
         return {**state, "consumer_groups": {g: v for g, v in groups.items() if not self._own(g)}}
 
     def close(self) -> None:
-        """Stop the AdminClient process."""
+        """Stop the AdminClient process and the reader's."""
         self.worker.close()
+        if self.reader is not None:
+            self.reader.close()
