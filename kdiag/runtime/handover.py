@@ -4,7 +4,8 @@ The reporter publishes its cluster-scope diagnoses each cycle (kdiag/kafka/coord
 their state and since; a pending one's timer is its since. A daemon that does not report reads no cluster-wide state
 (its admin fetches are local): it lists the published diagnoses, which name the reporter, and keeps them in its
 engine. Elected, it starts from them: a firing diagnosis keeps its since (so the same Alertmanager startsAt) and a
-pending one its timer. Until its own cluster-wide fetches give it rates again, it holds them rather than resolve them.
+pending one its timer. Until its own cluster-wide fetches give it rates again, it holds them rather than resolve them;
+so does a reporter whose cluster-wide source fails, for BLIND_HOLD_SECONDS at most.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from kdiag.runtime.pipeline import State
 
 # Full admin fetches a new reporter waits for before judging cluster rules itself: rates need two.
 WARM_FETCHES = 2
+# A reporter whose cluster-wide source fails (the AdminClient process died: librdkafka can crash on a coordinator move;
+# or the cluster did not answer) holds what it said, as a new reporter does, until its fetches are warm again or this
+# long has passed: a dead child must not resolve and re-fire every cluster alert, a dead cluster must not freeze them.
+BLIND_HOLD_SECONDS = 120.0
 # A standby's admin fetch (metadata, the local broker's and its topics' configs: for its host-scope rules) runs every
 # 20 admin intervals, 5 minutes by default: leaders and configs change seldom, and only the reporter measures rates.
 STANDBY_SLOWDOWN = 20.0
@@ -60,6 +65,8 @@ class Handover:
         self._held: dict[Key, Diagnosis] = {}  # the published diagnoses, kept until a new reporter is warm
         self._elected_at: int | None = None  # the admin's full fetches when this daemon was elected
         self._warm = False
+        self._blind_since: float | None = None  # when the reporter's cluster-wide source started failing
+        self._said: dict[Key, Diagnosis] = {}  # the cluster-scope diagnoses the reporter said last cycle
         self._published: tuple[float, list[tuple[str, str, str, float]]] | None = None  # when, and what it said
 
     def step(self, state: State, judged: EngineState, rules: list[Rule],
@@ -72,12 +79,18 @@ class Handover:
         if self.slow_admin is not None:
             self.slow_admin(1.0 if reporting else STANDBY_SLOWDOWN)  # elected: a full fetch at the admin job's next tick
         if not reporting:
-            self._elected_at, self._warm, self._published = None, False, None
+            self._elected_at, self._warm, self._published, self._blind_since = None, False, None, None
             self._held = {(d.rule.id, d.subject): d for d in published_diagnoses(coordinator.published, rules, state.time)}
             return _replace(state, judged, dict(self._held))
+        if self.admin is None or getattr(state.health.get(self.admin.name), "success", True):
+            self._blind_since = None
+        elif self._warm and self._blind_since is None:
+            self._warm, self._elected_at, self._blind_since = False, None, state.time
+            self._held = dict(self._said)
         if not self._warm:
             state, judged = self._hold(state, judged)
         cluster = cluster_scope(state.diagnoses)
+        self._said = {(d.rule.id, d.subject): d for d in cluster}
         said: list[tuple[str, str, str, float]] = sorted((d.rule.id, d.subject, d.state, d.since) for d in cluster)
         if self._published is None or said != self._published[1] or state.time - self._published[0] >= REPUBLISH_SECONDS:
             coordinator.publish(encode(self.host, state.time, cluster))
@@ -89,7 +102,8 @@ class Handover:
         if self._elected_at is None:
             self._elected_at = fetched
         # Warm from the next step on: the samples of the fetch just counted reach the pipeline then.
-        self._warm = fetched >= self._elected_at + WARM_FETCHES
+        blind_for = state.time - self._blind_since if self._blind_since is not None else 0.0
+        self._warm = fetched >= self._elected_at + WARM_FETCHES or blind_for >= BLIND_HOLD_SECONDS
         own = {(d.rule.id, d.subject): d for d in cluster_scope(state.diagnoses)}
         for key, d in self._held.items():
             if key not in own:

@@ -12,8 +12,8 @@ from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import Reporting
 from kdiag.kafka.coordination_process import CoordinatorProcess
 from kdiag.kafka.coordination_records import Member
-from kdiag.runtime.handover import REPUBLISH_SECONDS, STANDBY_SLOWDOWN, WARM_FETCHES, Handover
-from kdiag.runtime.pipeline import State
+from kdiag.runtime.handover import BLIND_HOLD_SECONDS, REPUBLISH_SECONDS, STANDBY_SLOWDOWN, WARM_FETCHES, Handover
+from kdiag.runtime.pipeline import Health, State
 
 RULES = load_catalog([default_rules_dir()])
 BY_ID = {r.id: r for r in RULES}
@@ -35,13 +35,14 @@ def fleet():
         coordinator.stop()
 
 
-def cycle(daemon, t: float, reporting: bool, found: list[Diagnosis]) -> State:
+def cycle(daemon, t: float, reporting: bool, found: list[Diagnosis], admin_ok: bool = True) -> State:
     """One cycle: the engine's own judgement (found), then the handover; the record published moves to the topic."""
     handover, _admin, coordinator, judgements = daemon
     last = judgements[-1].active
     judged = EngineState({**{k: d for k, d in last.items() if d.rule.scope == "host"},
                           **{(d.rule.id, d.subject): last.get((d.rule.id, d.subject), d) for d in found}})
-    state = State(coordinator.me.host, t, [], {}, {}, judged.current(), [],
+    health = {} if admin_ok else {"kafka_admin": Health(False, error="the AdminClient process died from SIGSEGV")}
+    state = State(coordinator.me.host, t, [], health, {}, judged.current(), [],
                   reporting=Reporting(reporting, coordinator.me if reporting else None))
     given = (state, judged, state.diagnoses)
     state, judged = handover.step(state, judged, RULES, coordinator)
@@ -122,3 +123,28 @@ def test_the_reporter_publishes_a_change_at_once_and_the_same_diagnoses_once_a_m
     reporter[2].outgoing = None
     cycle(reporter, T0 + 10 + REPUBLISH_SECONDS, True, [])
     assert reporter[2].outgoing is not None  # a minute on: the same again
+
+
+def test_a_reporter_whose_admin_source_fails_holds_what_it_said_until_warm_or_for_a_bounded_time(fleet):
+    (reporter, _) = fleet
+    cycle(reporter, T0, True, [skew(T0 - 100)])
+    reporter[1].full_fetches = WARM_FETCHES  # warm: judging cluster rules itself
+    cycle(reporter, T0 + 5, True, [skew(T0 - 100)])
+    # The AdminClient process died: its engine finds no skew (no samples), the diagnosis is held with its since.
+    state = cycle(reporter, T0 + 10, True, [], admin_ok=False)
+    assert [(d.subject, d.since, d.state) for d in state.diagnoses] == [("orders", T0 - 100, "firing")]
+    assert state.resolved == []
+    # Back, its next fetches warm again: then judged by its own engine (still skewed: kept, since unchanged).
+    fetched = reporter[1].full_fetches
+    assert [d.subject for d in cycle(reporter, T0 + 15, True, []).diagnoses] == ["orders"]
+    reporter[1].full_fetches = fetched + WARM_FETCHES
+    cycle(reporter, T0 + 20, True, [])
+    assert [(d.subject, d.since) for d in cycle(reporter, T0 + 25, True, [skew(T0 + 25)]).diagnoses] == \
+        [("orders", T0 - 100)]
+    # A source failing for good: held BLIND_HOLD_SECONDS, then judged as it is (nothing seen: resolved).
+    cycle(reporter, T0 + 30, True, [], admin_ok=False)
+    assert [d.subject for d in cycle(reporter, T0 + 30 + BLIND_HOLD_SECONDS - 1, True, [], admin_ok=False).diagnoses] \
+        == ["orders"]
+    cycle(reporter, T0 + 30 + BLIND_HOLD_SECONDS, True, [], admin_ok=False)
+    state = cycle(reporter, T0 + 35 + BLIND_HOLD_SECONDS, True, [], admin_ok=False)
+    assert state.diagnoses == []
