@@ -130,7 +130,7 @@ class WorkerProcess:
                 return answer
             if frame is None:
                 self._kill(process)
-                raise WorkerError(self._ended(f"did not answer within {timeout:g}s, stopped it"))
+                raise WorkerError(self._ended(f"did not answer within {round(timeout, 1):g}s, stopped it"))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(10)  # its stdout closed: it is exiting
             self._kill(process)

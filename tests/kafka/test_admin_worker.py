@@ -93,10 +93,10 @@ def test_a_hung_admin_process_is_stopped_at_the_deadline_and_replaced():
             collector.fetch()  # nobody listens: the child answers with the error itself
         hung = collector.worker.pid()
         os.kill(hung, signal.SIGSTOP)
-        with pytest.raises(KafkaAdminError, match=r"did not answer within 5s, stopped it; restarting in 1 s"):
+        with pytest.raises(KafkaAdminError, match=r"did not answer within [0-9.]+s, stopped it; restarting in 1 s"):
             collector.fetch()
         assert dead(hung)
-        with pytest.raises(KafkaAdminError, match=r"did not answer within 5s, stopped it; restarting in 1 s"):
+        with pytest.raises(KafkaAdminError, match=r"did not answer within [0-9.]+s, stopped it; restarting in 1 s"):
             collector.fetch()  # still waiting out the backoff
         def answering() -> bool:
             with pytest.raises(KafkaAdminError) as error:
