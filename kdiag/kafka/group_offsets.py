@@ -18,7 +18,7 @@ from kdiag.kafka.client import ClientSettings
 
 log = logging.getLogger(__name__)
 
-BATCH_GROUPS = 500  # groups per OffsetFetch: 500 groups of 100 partitions answer in about 1.5 MB
+BATCH_GROUPS = 500  # groups per OffsetFetch
 # librdkafka property -> kafka-python setting, for the properties whose meaning is the same in both.
 TRANSLATED = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
               "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
@@ -35,7 +35,9 @@ Committed = dict[str, list[tuple[str, int, int]]]  # group -> (topic, partition,
 def batch_settings(settings: ClientSettings, bootstrap: str, timeout: float) -> dict[str, Any] | str:
     """kafka-python's settings for these kafka.client properties, or why they do not translate (names, no values)."""
     conf: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "client_id": "kdiag",
-                            "request_timeout_ms": int(timeout * 1000), "max_in_flight_requests_per_connection": 32}
+                            "request_timeout_ms": int(timeout * 1000), "max_in_flight_requests_per_connection": 32,
+                            # kafka-python's default limit is 1 MB: 500 groups of 100 partitions. librdkafka's default.
+                            "receive_message_max_bytes": 100_000_000}
     for prop, value in settings.props.items():
         if prop == "ssl.endpoint.identification.algorithm" and value in ("none", "https"):
             conf["ssl_check_hostname"] = value == "https"

@@ -15,7 +15,8 @@ def test_the_labs_sasl_ssl_settings_translate(tmp_path):
                                        "ssl.endpoint.identification.algorithm": "none"})
     conf = batch_settings(settings, "b1:9093,b2:9093", 7.5)
     assert conf == {"bootstrap_servers": ["b1:9093", "b2:9093"], "client_id": "kdiag", "request_timeout_ms": 7500,
-                    "max_in_flight_requests_per_connection": 32, "security_protocol": "SASL_SSL",
+                    "max_in_flight_requests_per_connection": 32, "receive_message_max_bytes": 100_000_000,
+                    "security_protocol": "SASL_SSL",
                     "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "kdiag",
                     "sasl_plain_password": "s3cret-pw", "ssl_cafile": "/etc/kdiag/ca.crt",
                     "ssl_check_hostname": False}

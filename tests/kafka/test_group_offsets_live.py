@@ -1,5 +1,6 @@
-"""Batched OffsetFetch on the lab: 600 groups read in one request per coordinator, equal to librdkafka's per-group
-answers, and a group whose coordinator moved read again."""
+"""Batched OffsetFetch on the lab: 600 groups of 500 committed partitions (answers over kafka-python's default 1 MB
+frame) read in one request per coordinator and 500 groups, equal to librdkafka's per-group answers, and a group whose
+coordinator moved read again."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from kdiag.kafka.jmx_reader import JmxReader
 
 pytestmark = pytest.mark.kafka
 GROUPS = 600
-PARTITIONS = 4
-MESSAGES = 20
+PARTITIONS = 500  # a coordinator's answer for its ~200 groups: about 2 MB
+MESSAGES = 10
 # An MBean per request type and version, made at its first request: all are read, OffsetFetch's summed.
 REQUESTS = "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,version=*"
 
