@@ -92,7 +92,8 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     running = {c.name for c in [*collectors.collectors, *live.values()]}
     enabled = {name: name in running for name in sorted(discover())}
     published = Published(stale_after(config, interval), kafka.max_series, interval, page_policy=POLICY,
-                          collectors_enabled=enabled, top_groups=kafka.top_groups)
+                          collectors_enabled=enabled, top_groups=kafka.top_groups,
+                          max_subjects=config.diagnosis.max_subjects_per_rule)
     page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on])
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
                     Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, page, handover)
