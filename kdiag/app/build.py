@@ -94,7 +94,8 @@ def build(config: Config, recording: Recording | None = None) -> Services:
     published = Published(stale_after(config, interval), kafka.max_series, interval, page_policy=POLICY,
                           collectors_enabled=enabled, top_groups=kafka.top_groups,
                           max_subjects=config.diagnosis.max_subjects_per_rule)
-    page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on])
+    page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on],
+                    max_subjects=config.diagnosis.max_subjects_per_rule)
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
                     Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, page, handover)
 

@@ -203,10 +203,10 @@ class LoadgenConfig:
 
 @dataclass
 class DiagnosisConfig:
-    """What /metrics carries of the diagnoses (/api/diagnoses, the page and `kdiag diagnose` carry every one)."""
+    """What /metrics and the page show of the diagnoses (/api/diagnoses and `kdiag diagnose` list every one)."""
 
-    # kdiag_diagnosis_active and _evidence for at most N subjects of each rule, the worst (firing first, then by the
-    # rule's rank_by); kdiag_diagnosis_subjects{,_omitted} count them all. Each series is an alert. 0: every subject.
+    # kdiag_diagnosis_active and _evidence (each series an alert) and the page for at most N subjects of each rule, the
+    # worst (firing first, then by the rule's rank_by); kdiag_diagnosis_subjects{,_omitted} count them. 0: all.
     max_subjects_per_rule: int = 50
 
 
