@@ -1,4 +1,4 @@
-"""diagnosis.max_subjects_per_rule: each rule's worst subjects kept for /metrics (its alerts), the others counted."""
+"""diagnosis.max_subjects_per_rule: each rule's worst subjects kept for /metrics, its alerts and the page; the rest counted."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class RuleSubjects:
 def _score(d: Diagnosis, kept: bool) -> float:
     """How bad a subject is by its rule's rank_by (larger: worse; -inf without a number), kept ones held up by STICKY."""
     value = d.evidence.get(d.rule.rank_by) if d.rule.rank_by else None
-    if not isinstance(value, float) or math.isnan(value):
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
         return -math.inf
     sign = d.rule.rank_sign
     return sign * value * (STICKY ** (sign if value >= 0 else -sign) if kept else 1.0)
