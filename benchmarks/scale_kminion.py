@@ -37,17 +37,26 @@ SAMPLED_TOPICS = 20
 SAMPLED_GROUPS = 20
 REQUESTS = "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=*,version=*"
 SERIES = re.compile(r'^(\w+)\{([^}]*)\} (\S+)$')
+REQUEST_TYPE = re.compile(r",request=(\w+),")
 
 
-def requests_total(readers: list[JmxReader]) -> float:
-    """Requests every broker has answered so far, all types and versions summed."""
-    total = 0.0
+def request_counts(readers: list[JmxReader]) -> dict[str, float]:
+    """Per request type, the requests every broker has answered so far, versions summed."""
+    counts: dict[str, float] = {}
     for reader in readers:
         row = reader.wait_row(time.monotonic() + 30, max_age=3)
         if row is None:
             raise RuntimeError(f"no JMX row from {reader.url}: {reader.error}")
-        total += sum(v for k, v in row.items() if k.endswith("|Count"))
-    return total
+        for key, value in row.items():
+            if key.endswith("|Count") and (m := REQUEST_TYPE.search(key)):
+                counts[m[1]] = counts.get(m[1], 0.0) + value
+    return counts
+
+
+def rates(before: dict[str, float], after: dict[str, float], seconds: float,
+          baseline: dict[str, float]) -> dict[str, float]:
+    """Requests per second of each type between two counts, less the baseline's."""
+    return {t: (after[t] - before.get(t, 0.0)) / seconds - baseline.get(t, 0.0) for t in after}
 
 
 def group_lags(body: bytes, name: str, group_label: str) -> dict[str, float]:
@@ -127,12 +136,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=20)
     p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
     p.add_argument("--kdiag-only", action="store_true", help="kdiag's two committed-offsets modes, no KMinion")
+    p.add_argument("--first-jmx-only", action="store_true",
+                   help="kdiag polls the first broker's JMX only, as the daemon on one broker's host does")
     args = p.parse_args(argv)
     lab = read_lab()
     if not lab or not (args.kdiag_only or KMINION.exists()):
         print("needs a lab (KDIAG_LAB_DIR=... kdiag lab up) and benchmarks/build_kminion.sh run", file=sys.stderr)
         return 2
     config = yaml.safe_load(lab_config().read_text())
+    if args.first_jmx_only:
+        config["kafka"]["jmx"] = config["kafka"].get("jmx", [])[:1]
     bootstrap = config["kafka"]["bootstrap_servers"]
     topics = math.ceil(args.partitions / args.per_topic)
     from confluent_kafka.admin import AdminClient
@@ -152,25 +165,25 @@ def main(argv: list[str] | None = None) -> int:
     rows, lags, fetches = [], {}, {}
     try:
         with Committer(bootstrap, args.moving, topics, args.per_topic, every=args.commit_every):
-            r0, t0 = requests_total(readers), time.monotonic()
+            r0, t0 = request_counts(readers), time.monotonic()
             time.sleep(args.window)
-            baseline = (requests_total(readers) - r0) / (time.monotonic() - t0)
+            baseline = rates(r0, request_counts(readers), time.monotonic() - t0, {})
             for source in ("offset_fetch", "offsets_topic"):
                 progress(f"kdiag, committed_offsets {source}")
                 kdiag_config = {**config, "kafka": {**config["kafka"], "committed_offsets": source}}
-                r0 = requests_total(readers)
+                r0 = request_counts(readers)
                 r = run_window(kdiag_config, args.window, args.warmup, 5.0)
-                rate = (requests_total(readers) - r0) / (args.window + args.warmup)
-                rows.append((f"kdiag ({source})", r["cpu_share"], r["rss"] + r["children_rss"], rate - baseline))
+                rate = rates(r0, request_counts(readers), args.window + args.warmup, baseline)
+                rows.append((f"kdiag ({source})", r["cpu_share"], r["rss"] + r["children_rss"], rate))
                 lags[rows[-1][0]] = group_lags(r["body"], "kdiag_kafka_consumergroup_lag", "group")
                 fetches[rows[-1][0]] = f"{r['admin_p50']:.2f} s / {r['admin_max']:.2f} s, {r['failed_scrapes']} failed"
             for mode in ("adminApi", "offsetsTopic") if not args.kdiag_only else ():
                 progress(f"KMinion, {mode}")
-                r0 = requests_total(readers)
+                r0 = request_counts(readers)
                 t0 = time.monotonic()
                 r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled)
-                rate = (requests_total(readers) - r0) / (time.monotonic() - t0)
-                rows.append((f"KMinion ({mode})", r["cpu_share"], r["rss"], rate - baseline))
+                rate = rates(r0, request_counts(readers), time.monotonic() - t0, baseline)
+                rows.append((f"KMinion ({mode})", r["cpu_share"], r["rss"], rate))
                 lags[rows[-1][0]] = group_lags(r["body"], "kminion_kafka_consumer_group_topic_lag", "group_id")
     finally:
         for reader in readers:
@@ -179,14 +192,19 @@ def main(argv: list[str] | None = None) -> int:
             cleanup(bootstrap)
     print(f"{topics * args.per_topic} partitions, {args.groups} groups ({args.moving} committing every "
           f"{args.commit_every:g}s), {args.window:g}s windows after {args.warmup:g}s warm-up, one tool at a time; "
-          f"baseline {baseline:.1f} requests/s (the committer)\n")
+          f"baseline {sum(baseline.values()):.1f} requests/s (the committer)\n")
     print("| tool | CPU (1 core) | RSS | Kafka requests/s | admin fetch p50 / max, failed scrapes "
           "| sampled lags equal to the truth |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, cpu, rss, rate in rows:
         agree = sum(lags[name].get(g) == v for g, v in truth.items())
-        print(f"| {name} | {cpu * 100:.2f}% | {rss:.0f} MB | {rate:.1f} | {fetches.get(name, '')} "
+        print(f"| {name} | {cpu * 100:.2f}% | {rss:.0f} MB | {sum(rate.values()):.1f} | {fetches.get(name, '')} "
               f"| {agree}/{len(truth)} |")
+    kinds = sorted({t for *_, rate in rows for t, v in rate.items() if v >= 0.5})
+    print("\n| requests/s by type | " + " | ".join(name for name, *_ in rows) + " |")
+    print("| --- |" + " ---: |" * len(rows))
+    for kind in kinds:
+        print(f"| {kind} | " + " | ".join(f"{rate.get(kind, 0.0):.1f}" for *_, rate in rows) + " |")
     print("\n| group | truth | " + " | ".join(name for name, *_ in rows) + " |")
     print("| --- | ---: |" + " ---: |" * len(rows))
     for g, v in truth.items():

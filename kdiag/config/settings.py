@@ -121,8 +121,9 @@ class KafkaConfig:
     configs_interval: Duration = Duration(60.0)
     # How often an Empty group whose committed offsets did not move is read again (others: every fetch); 0: every fetch.
     quiet_groups_interval: Duration = Duration(300.0)
-    # Where committed offsets come from: offset_fetch (OffsetFetch per group, each fetch) or offsets_topic (the
-    # __consumer_offsets records: a cost that grows with commits, not groups; needs Read on that topic).
+    # Where committed offsets come from: offset_fetch (OffsetFetch each fetch, 500 groups a request per coordinator on
+    # Kafka 3.0+) or offsets_topic (the __consumer_offsets records: a cost that grows with commits, not groups; needs
+    # Read on that topic).
     committed_offsets: str = "offset_fetch"
     # Node ids that should be live; empty: every broker seen in the last 15 minutes (broker_down).
     expected_brokers: list[int] = field(default_factory=list)

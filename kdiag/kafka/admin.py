@@ -16,6 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, TypedDict
 
+from kdiag.kafka.group_offsets import BatchedOffsets
 from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.partition_lag import TopPartitions
 from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
@@ -173,9 +174,10 @@ def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -
 
 
 def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache,
-            view: OffsetsView | None, top: TopPartitions) -> dict[str, Group]:
+            view: OffsetsView | None, top: TopPartitions, batch: BatchedOffsets | None) -> dict[str, Group]:
     """State, member count and lag (per topic: sum and largest partition) of every consumer group; committed offsets
-    from the view of __consumer_offsets when given (with each group's last commit time), else OffsetFetch. While the
+    from the view of __consumer_offsets when given (with each group's last commit time), else OffsetFetch (batched per
+    coordinator through `batch` where it can be, a group a request for the rest). While the
     reader has not read the topic up to where it was when it began, OffsetFetch for FALLBACK_GROUPS groups only,
     those with members first: the others are listed without lag until the view has them."""
     from confluent_kafka import ConsumerGroupTopicPartitions
@@ -203,13 +205,19 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
         # continuous), the groups whose consumers run first.
         fetched = sorted(ids, key=lambda g: (states[g] == "EMPTY", g))[:FALLBACK_GROUPS]
         committed.keep(fetched)
-    for g in fetched:
-        if committed.due(g, states[g]):
+    due = [g for g in fetched if committed.due(g, states[g])]
+    batched = batch.read(due, deadline) if batch is not None else {}
+    for g, answered in batched.items():
+        committed.put(g, states[g], answered)
+    for g in due:
+        if g not in batched:
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
                                                              request_timeout=_left(deadline)))
     descriptions = _results(described, deadline)
     for g, answer in _results(offsets, deadline).items():
-        committed.put(g, states[g], answer.topic_partitions)
+        # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
+        committed.put(g, states[g], [(tp.topic, tp.partition, tp.offset) for tp in answer.topic_partitions
+                                     if tp.offset >= 0 and not tp.error])
     ends = {t: {p["partition"]: p["log_end_offset"] for p in d["partitions"]} for t, d in topics.items()}
     read = view if view is not None and view.caught_up else None
     groups: dict[str, Group] = {}
@@ -292,14 +300,11 @@ class CommittedCache:
         read = self._quiet_since.get(group)
         return state != "EMPTY" or read is None or time.monotonic() - read >= self.quiet_interval
 
-    def put(self, group: str, state: str, topic_partitions: list[Any]) -> None:
-        """The offsets just read (partitions without a commit or with an error left out)."""
-        # 100,000 committed partitions per fetch at 1,000 groups: each TopicPartition attribute is read once.
-        # A partition the group never committed reports offset -1001 (OFFSET_INVALID).
+    def put(self, group: str, state: str, read: list[tuple[str, int, int]]) -> None:
+        """The offsets just read: (topic, partition, offset) of every partition with a commit."""
         offsets: dict[str, list[tuple[int, int]]] = {}
-        for tp in topic_partitions:
-            if (offset := tp.offset) >= 0 and not tp.error:
-                offsets.setdefault(tp.topic, []).append((tp.partition, offset))
+        for topic, partition, offset in read:
+            offsets.setdefault(topic, []).append((partition, offset))
         if state == "EMPTY" and self.quiet_interval > 0 and self._offsets.get(group) == offsets:
             self._quiet_since[group] = time.monotonic()
         else:
@@ -319,7 +324,7 @@ def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
                       local_broker: int | None = None, view: OffsetsView | None = None,
-                      top_partitions: int = 0) -> AdminState:
+                      top_partitions: int = 0, batch: BatchedOffsets | None = None) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
     (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
@@ -346,7 +351,7 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
     }
     if full:
         top = TopPartitions(top_partitions)
-        state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0), view, top)
+        state["consumer_groups"] = _groups(admin, topics, deadline, committed or CommittedCache(0), view, top, batch)
         if top_partitions:
             state["top_partitions"] = top.result()
     if not full:

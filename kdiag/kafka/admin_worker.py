@@ -10,6 +10,7 @@ from typing import Any
 
 from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
 from kdiag.kafka.client import ClientSettings, ErrorLog
+from kdiag.kafka.group_offsets import BatchedOffsets
 from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.record_time import RecordTimes
 from kdiag.kafka.state import AdminState
@@ -17,8 +18,8 @@ from kdiag.core.worker_process import serve
 
 
 class AdminSession:
-    """One reused AdminClient, a Consumer for log end offsets, the config cache and what librdkafka last said;
-    lives in the AdminClient's own process."""
+    """One reused AdminClient, a Consumer for log end offsets, kafka-python's client for batched committed offsets,
+    the config cache and what librdkafka last said; lives in the AdminClient's own process."""
 
     def __init__(self, bootstrap_servers: str, timeout: float, settings: ClientSettings, configs_interval: float = 0.0,
                  quiet_groups_interval: float = 0.0, top_partitions: int = 0):
@@ -33,6 +34,7 @@ class AdminSession:
         self._consumer: Any = None
         self.record_times = RecordTimes(self._conf)
         self.view = OffsetsView()  # the __consumer_offsets reader's table, as the collector passes it on
+        self.batch = BatchedOffsets(settings, bootstrap_servers, timeout)
 
     def _conf(self, **extra: object) -> dict[str, Any]:
         return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,
@@ -56,11 +58,12 @@ class AdminSession:
         return self._consumer
 
     def close(self) -> None:
-        """Close the Consumer (the AdminClient has no close: it goes with its last reference)."""
+        """Close the Consumer and the batched reader (the AdminClient has no close: it goes with its last reference)."""
         consumer, self._consumer, self._admin = self._consumer, None, None
         if consumer is not None:
             consumer.close()
         self.record_times.close()
+        self.batch.close()
 
     def fetch(self, full: bool = True, local_broker: int | None = None,
               record_times: list[list[str]] | None = None, view: OffsetsView | None = None) -> AdminState:
@@ -70,7 +73,7 @@ class AdminSession:
 
         try:
             state = fetch_admin_state(self.admin(), self.consumer(), self.timeout, self.configs, self.committed, full,
-                                      local_broker, view, self.top_partitions)
+                                      local_broker, view, self.top_partitions, self.batch)
         except (KafkaException, TimeoutError) as e:
             admin = self._admin
             # librdkafka keeps waiting for a controller it learnt before that broker died (until its next

@@ -286,6 +286,8 @@ def _merge(found: dict[str, tuple[Any, str, str]], more: dict[str, tuple[Any, st
             found.setdefault(key, (value, shown, source))
             continue
         old, old_shown, old_source = found[key]
+        if isinstance(value, str) and value in old.split(","):
+            continue  # a broker forking (or two processes of one) gives its address once
         joined = f"{old},{value}" if isinstance(value, str) else [*old, *(v for v in value if v not in old)]
         found[key] = (joined, f"{old_shown},{shown}", f"{old_source}; {source}")
 

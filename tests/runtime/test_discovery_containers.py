@@ -119,7 +119,11 @@ def test_an_image_configured_by_its_environment_gives_its_settings_and_never_its
     proc = subprocess.Popen(["/bin/bash", "-c", "exec -a java /bin/sh -c 'sleep 600; :' kafka.Kafka "
                              "/opt/bitnami/kafka/config/server.properties"], env=env)
     try:
-        wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"java\0"), 30, "the broker")
+        # Until its child has become `sleep`, the forked child is a second "broker" of the same command line.
+        wait_until(lambda: Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(b"java\0")
+                   and any(Path(f"/proc/{c}/cmdline").read_bytes().startswith(b"sleep\0")
+                           for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()),
+                   30, "the broker")
         with caplog.at_level(logging.DEBUG):
             config = discover(load_config(overrides={"kafka.local_broker_id": NODE_ID}), Root())
     finally:

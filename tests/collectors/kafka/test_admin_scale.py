@@ -138,11 +138,11 @@ def test_committed_cache_reads_moving_and_active_groups_every_fetch():
     cache = kafka_admin.CommittedCache(300.0)
     for offset in (0, 1, 2):  # an Empty group committing from outside (assign mode): read each time
         assert cache.due("flink", "EMPTY")
-        cache.put("flink", "EMPTY", [TopicPartition("t", 0, offset)])
-    cache.put("flink", "EMPTY", [TopicPartition("t", 0, 2)])
+        cache.put("flink", "EMPTY", [("t", 0, offset)])
+    cache.put("flink", "EMPTY", [("t", 0, 2)])
     assert not cache.due("flink", "EMPTY")  # the same twice: quiet
     assert cache.due("flink", "STABLE")  # a member joined: read every fetch
-    cache.put("never", "EMPTY", [TopicPartition("t", 0, -1001)])  # never committed: no offset kept
+    cache.put("never", "EMPTY", [])  # never committed: nothing read
     assert cache.get("never") == {} and cache.get("flink") == {"t": [(0, 2)]}
     cache.keep(["never"])
     assert cache.get("flink") == {} and cache.due("flink", "EMPTY")

@@ -1,0 +1,202 @@
+"""Committed offsets of many consumer groups in one OffsetFetch per coordinator (KIP-709, Kafka 3.0+).
+
+librdkafka's admin API reads one group per call: a FindCoordinator and an OffsetFetch for each of 10,000 groups every
+fetch. kafka-python's protocol classes take many groups a request, so this sends one batched FindCoordinator (KIP-699)
+for the groups whose coordinator is not known yet and one OffsetFetch per coordinator and BATCH_GROUPS groups.
+It is used when the `kafka.client` properties translate to kafka-python's settings and the brokers answer
+OffsetFetch v8; the groups it could not read in a fetch (their coordinator moved or is loading) are read the old way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kdiag.kafka.client import ClientSettings
+
+log = logging.getLogger(__name__)
+
+BATCH_GROUPS = 500  # groups per OffsetFetch: 500 groups of 100 partitions answer in about 1.5 MB
+# librdkafka property -> kafka-python setting, for the properties whose meaning is the same in both.
+TRANSLATED = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+              "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+              "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
+              "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
+              "ssl.key.password": "ssl_password"}
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# The group's coordinator moved, is loading it or is down: ask FindCoordinator again next fetch.
+COORDINATOR_ERRORS = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+
+Committed = dict[str, list[tuple[str, int, int]]]  # group -> (topic, partition, offset) of every committed partition
+
+
+def batch_settings(settings: ClientSettings, bootstrap: str, timeout: float) -> dict[str, Any] | str:
+    """kafka-python's settings for these kafka.client properties, or why they do not translate (names, no values)."""
+    conf: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "client_id": "kdiag",
+                            "request_timeout_ms": int(timeout * 1000), "max_in_flight_requests_per_connection": 32}
+    for prop, value in settings.props.items():
+        if prop == "ssl.endpoint.identification.algorithm" and value in ("none", "https"):
+            conf["ssl_check_hostname"] = value == "https"
+        elif prop not in TRANSLATED:
+            return f"kafka.client.{settings.given.get(prop, prop)} has no kafka-python equivalent"
+        else:
+            conf[TRANSLATED[prop]] = value.upper() if prop in ("security.protocol", "sasl.mechanism",
+                                                               "sasl.mechanisms") else value
+    if conf.get("sasl_mechanism", "PLAIN") not in MECHANISMS:
+        return f"sasl.mechanism {conf['sasl_mechanism']} is not one of {', '.join(MECHANISMS)}"
+    return conf
+
+
+class BatchedOffsets:
+    """Batched reads when they can be had: the client settings translate and the brokers answer v8. A failed read
+    returns nothing (the caller reads those groups the old way) and is logged; whether they can be had is logged once."""
+
+    def __init__(self, settings: ClientSettings, bootstrap: str, timeout: float):
+        conf = batch_settings(settings, bootstrap, timeout)
+        self.settings = settings
+        self.client = GroupOffsetsClient(conf) if isinstance(conf, dict) else None
+        self.refusal = conf if isinstance(conf, str) else None
+        self._checked = False
+        self._warned = ""
+
+    def read(self, groups: list[str], deadline: float) -> Committed:
+        """Committed offsets of those of the groups a batched read answered; {} when none could be."""
+        if (client := self.client) is None or not groups:
+            self._say()
+            return {}
+        try:
+            if not self._checked:
+                if not client.supported(deadline):
+                    client.close()
+                    self.client, self.refusal = None, "the brokers do not answer OffsetFetch v8 (Kafka 3.0+)"
+                    self._say()
+                    return {}
+                self._checked = True
+                log.info("committed offsets: one OffsetFetch per coordinator and %d groups (KIP-709)", BATCH_GROUPS)
+            out = client.fetch(groups, deadline)
+            self._warned = ""
+            return out
+        except Exception as e:  # any failure of kafka-python's: the groups are read the old way
+            client.close()
+            if (reason := self.settings.redact(f"{type(e).__name__}: {e}")) != self._warned:
+                log.warning("committed offsets by batched OffsetFetch failed, read a group a request meanwhile: %s",
+                            reason)
+            self._warned = reason
+            return {}
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        if self.client is not None:
+            self.client.close()
+
+    def _say(self) -> None:
+        if self.refusal is not None:
+            log.info("committed offsets: one OffsetFetch a group, as %s", self.refusal)
+            self.refusal = None
+
+
+class GroupOffsetsClient:
+    """A kafka-python network client reused across fetches, rebuilt after a failure; knows each group's coordinator."""
+
+    def __init__(self, conf: dict[str, Any]):
+        self.conf = conf
+        self._client: Any = None
+        self._coordinators: dict[str, int] = {}
+
+    def close(self) -> None:
+        """Close the connections; the next fetch opens new ones."""
+        client, self._client = self._client, None
+        self._coordinators.clear()
+        if client is not None:
+            client.close()
+
+    def supported(self, deadline: float) -> bool:
+        """Whether the brokers answer batched FindCoordinator (v4) and OffsetFetch (v8); connects on first use."""
+        from kafka.protocol.consumer.group import OffsetFetchRequest
+        from kafka.protocol.metadata import FindCoordinatorRequest
+
+        client = self._connect(deadline)
+        return bool(client.api_version(OffsetFetchRequest, max_version=8) >= 8
+                    and client.api_version(FindCoordinatorRequest, max_version=4) >= 4)
+
+    def fetch(self, groups: Iterable[str], deadline: float) -> Committed:
+        """Committed offsets of the groups that answered; a group whose coordinator moved is left out; kafka-python's
+        errors (a connection, a timeout) raise."""
+        wanted = list(groups)
+        client = self._connect(deadline)
+        self._find_coordinators(client, [g for g in wanted if g not in self._coordinators], deadline)
+        return self._offsets(client, [g for g in wanted if g in self._coordinators], deadline)
+
+    def _connect(self, deadline: float) -> Any:
+        if self._client is None:
+            from kafka.net.compat import KafkaNetClient
+
+            logging.getLogger("kafka").setLevel(logging.CRITICAL)  # its reconnect chatter; failures are ours to say
+            client = KafkaNetClient(**self.conf)
+            try:
+                client.check_version(timeout_ms=_left_ms(deadline))
+            except Exception:
+                client.close()
+                raise
+            self._client = client
+        return self._client
+
+    def _find_coordinators(self, client: Any, groups: list[str], deadline: float) -> None:
+        from kafka.protocol.metadata import FindCoordinatorRequest
+
+        for start in range(0, len(groups), BATCH_GROUPS * 4):
+            request = FindCoordinatorRequest(key_type=0, coordinator_keys=groups[start:start + BATCH_GROUPS * 4],
+                                             min_version=4, max_version=4)
+            answer = _receive(client, client.least_loaded_node(), request, deadline)
+            for found in answer.coordinators:
+                if found.error_code == 0:
+                    self._coordinators[found.key] = found.node_id
+
+    def _offsets(self, client: Any, groups: list[str], deadline: float) -> Committed:
+        from kafka.protocol.consumer.group import OffsetFetchRequest
+
+        by_node: dict[int, list[str]] = {}
+        for g in groups:
+            by_node.setdefault(self._coordinators[g], []).append(g)
+        entry = OffsetFetchRequest.OffsetFetchRequestGroup
+        sent = []
+        for node, node_groups in by_node.items():
+            client.await_ready(node, timeout_ms=_left_ms(deadline))
+            for start in range(0, len(node_groups), BATCH_GROUPS):
+                request = OffsetFetchRequest(groups=[entry(group_id=g, topics=None)
+                                                     for g in node_groups[start:start + BATCH_GROUPS]],
+                                             require_stable=False, min_version=8, max_version=8)
+                sent.append(client.send(node, request))
+        out: Committed = {}
+        for future in sent:
+            for group in _wait(client, future, deadline).groups:
+                if group.error_code in COORDINATOR_ERRORS:
+                    self._coordinators.pop(group.group_id, None)
+                if group.error_code == 0:
+                    out[group.group_id] = [(topic.name, p.partition_index, p.committed_offset)
+                                           for topic in group.topics for p in topic.partitions
+                                           if p.error_code == 0 and p.committed_offset >= 0]
+        return out
+
+
+
+def _left_ms(deadline: float) -> int:
+    return max(1, int((deadline - time.monotonic()) * 1000))
+
+
+def _receive(client: Any, node: int, request: Any, deadline: float) -> Any:
+    client.await_ready(node, timeout_ms=_left_ms(deadline))
+    return _wait(client, client.send(node, request), deadline)
+
+
+def _wait(client: Any, future: Any, deadline: float) -> Any:
+    from kafka.errors import KafkaTimeoutError
+
+    client.poll(timeout_ms=_left_ms(deadline), future=future)
+    if future.failed():
+        raise future.exception
+    if not future.succeeded():
+        raise KafkaTimeoutError("no answer by the fetch's deadline")
+    return future.value
