@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 
+from kdiag.analysis.subject_cap import SubjectCap
 from kdiag.app.wiring import load_rules
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.config.settings import load_config
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=1_000_000)
     p.add_argument("--groups", type=int, default=50_000)
     p.add_argument("--cycles", type=int, default=4)
+    p.add_argument("--max-subjects", type=int, help="diagnosis.max_subjects_per_rule (default: the config's; 0: off)")
     args = p.parse_args(argv)
     config = load_config()
     cluster = SimulatedCluster(args.partitions, args.groups)
@@ -110,10 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = Pipeline(collectors, load_rules(config), socket.gethostname(), config.history, config.signal_window)
     root = Root(config.procfs, config.sysfs)
     per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
-    series = 0
+    series = diagnosis_series = 0
+    subjects = SubjectCap(config.diagnosis.max_subjects_per_rule if args.max_subjects is None else args.max_subjects)
     for i in range(args.cycles):
-        times, _, body = cycle(pipeline, root, kafka.max_series, kafka.top_groups)
-        series = sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+        times, _, body = cycle(pipeline, root, kafka.max_series, kafka.top_groups, subjects)
+        lines = [line for line in body.splitlines() if line and not line.startswith(b"#")]
+        series = len(lines)
+        diagnosis_series = sum(1 for line in lines if line.startswith(b"kdiag_diagnosis_"))
         # The fetch's JSON round trip is the simulation's; its check is a replay's cost, the pick of the partitions
         # lagging most the AdminClient process's.
         times |= {"top partitions (AdminClient process)": picked[-1], "state check": checked[-1],
@@ -123,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             per_stage[stage].append(times[stage])
         print(f"cycle {i + 1}/{args.cycles}: {per_stage['total'][-1]:.2f}s", file=sys.stderr, flush=True)
     print(f"simulated {cluster.topics * PER_TOPIC} partitions, {args.groups} groups, {args.cycles} cycles; "
-          f"{series} lines in /metrics; peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB\n")
+          f"{series} lines in /metrics, {diagnosis_series} of them kdiag_diagnosis_* (diagnosis.max_subjects_per_rule "
+          f"{subjects.per_rule}); peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB\n")
     print("| stage | p50 | max |")
     print("| --- | ---: | ---: |")
     for stage in STAGES:

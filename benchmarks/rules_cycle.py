@@ -14,6 +14,7 @@ from kdiag.serve.exporter import render_metrics
 from kdiag.runtime.pipeline import CollectorSet, Pipeline, State
 from kdiag.core.cardinality import cap_kafka_series, top_groups
 from kdiag.core.root import Root
+from kdiag.analysis.subject_cap import SubjectCap
 from kdiag.analysis.subject_kinds import compute_signals
 
 STAGES = ("collection", "history", "signals", "rules", "render", "total")
@@ -26,10 +27,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def cycle(pipeline: Pipeline, root: Root, max_series: int | None = None,
-          top: int = 0) -> tuple[dict[str, float], int, bytes]:
+          top: int = 0, subjects: SubjectCap | None = None) -> tuple[dict[str, float], int, bytes]:
     """One Pipeline.step plus the exporter's render, stage by stage: (seconds per stage, rule evaluations, the
     exposition); with max_series, the Kafka series cap (after kafka.top_groups' cut, `top`) is its own stage before
-    the render."""
+    the render, which keeps the diagnoses `subjects` (diagnosis.max_subjects_per_rule) keeps."""
     clock = time.perf_counter
     t = root.now()
     start = clock()
@@ -46,7 +47,7 @@ def cycle(pipeline: Pipeline, root: Root, max_series: int | None = None,
     capped = clock()
     state = State(pipeline.host, t, exposed, dict(pipeline.collectors.health), signals, judged.current(),
                   list(judged.resolved))
-    body = render_metrics(state)
+    body = render_metrics(state, cap=subjects)
     rendered = clock()
     evaluations = sum(len(signals.get(rule.each, {})) for rule in pipeline.engine.rules)
     times = {"collection": collected - start, "history": added - collected, "signals": derived - added,

@@ -12,6 +12,7 @@ from kdiag.core.finite import dumps, skip, utc
 from kdiag.core.quote import label_value, printable
 from kdiag.core.http import Authorization, BasicAuth, HttpClient, PushError, TLSConfig
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported
+from kdiag.analysis.subject_cap import SubjectCap
 
 if TYPE_CHECKING:
     from kdiag.analysis.engine import Diagnosis
@@ -66,13 +67,15 @@ class AlertPusher:
 
     def __init__(self, url: str, instance: str, resend_interval: float = 60.0, timeout: float = 5.0,
                  backoff_max: float = 60.0, runbook_base: str = RUNBOOK_BASE, basic_auth: BasicAuth | None = None,
-                 authorization: Authorization | None = None, tls_config: TLSConfig | None = None):
+                 authorization: Authorization | None = None, tls_config: TLSConfig | None = None,
+                 max_subjects: int = 0):
         # Credentials in the URL become basic auth; logs only ever name the URL without them.
         self.client = HttpClient(url, timeout, basic_auth, authorization, tls_config)
         self.instance = instance
         self.resend_interval = resend_interval
         self.backoff_max = backoff_max
         self.runbook_base = runbook_base
+        self.cap = SubjectCap(max_subjects)  # the alerts of the subjects /metrics keeps (diagnosis.max_subjects_per_rule)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -135,21 +138,25 @@ class AlertPusher:
     def _take(self, state: State, ended: dict[Key, float]) -> None:
         """Turn a state into the alerts to assert as firing and the ones to resolve."""
         firing: dict[Key, dict[str, Any]] = {}
-        for d in state.diagnoses:
-            if d.state == "firing" and exported(d, state.reporting):
-                firing[(d.rule.id, d.subject)] = {"labels": alert_labels(d, self.instance, state.cluster),
-                                                  "annotations": alert_annotations(d, self.instance, self.runbook_base),
-                                                  **starts_at(d.since)}
+        mine = [d for d in state.diagnoses if exported(d, state.reporting)]
+        kept = {(d.rule.id, d.subject) for d in self.cap.select(mine, state.cluster)[0]}
+        for d in mine:
+            if d.state == "firing":
+                if (d.rule.id, d.subject) in kept:
+                    firing[(d.rule.id, d.subject)] = {
+                        "labels": alert_labels(d, self.instance, state.cluster),
+                        "annotations": alert_annotations(d, self.instance, self.runbook_base), **starts_at(d.since)}
                 # The inhibition sources the generated Alertmanager config matches, as Prometheus would send them.
                 for source in explains_labels(d, state.cluster):
                     labels = exported_labels({"alertname": EXPLAINS_ALERT, **source, "kdiag_class": INHIBITOR_CLASS,
                                               **({"instance": self.instance} if d.rule.scope == "host" else {})})
                     firing[(d.rule.id, d.subject, source.get("broker", ""))] = {
                         "labels": labels, "annotations": {}, **starts_at(d.since)}
+        cut = {(d.rule.id, d.subject) for d in mine} - kept
         for key, alert in self._firing.items():
             # A cluster-scope alert this daemon no longer reports (another daemon took over) is not resolved:
-            # the new reporter asserts the same alert.
-            if key not in firing and (key[:2] in ended or "instance" in alert["labels"]):
+            # the new reporter asserts the same alert. One a worse subject displaced under the cap is.
+            if key not in firing and (key[:2] in ended or "instance" in alert["labels"] or key[:2] in cut):
                 self._resolving[key] = {**alert, "endsAt": timestamp(ended.get(key[:2], state.time)) or timestamp(state.time)}
         for key in firing:
             self._resolving.pop(key, None)

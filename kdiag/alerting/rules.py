@@ -22,6 +22,7 @@ EXPLAINS_ALERT = "KdiagExplains"
 INHIBITOR_CLASS = "inhibitor"
 # Labels of the daemon that exported a series: a cluster-scope alert drops them, so it is one alert whoever reports it.
 DAEMON_LABELS = ("instance", "job")
+OMITTED_COUNT = '{{ . | printf "%.0f" }}'
 
 PROMETHEUS_HEADER = f"""\
 # Generated from the kdiag rule catalog (rules/*.yaml) by `kdiag rules export --prometheus`: do not edit,
@@ -70,7 +71,10 @@ cluster elected to report (the others list it in /api/diagnoses with `reported_b
 Absent evidence is not low evidence: a signal missing (its source failing) makes a condition false, and `kdiag rules
 check` refuses a condition that holds when a signal is missing (`!has(it.x) || ...`) unless the rule names that signal
 under `absent_on_purpose:` with why its absence is a fact; /api/diagnoses and the page list, per failing collector,
-the rules it blinds.
+the rules it blinds. /metrics carries `kdiag_diagnosis_active` for at most `diagnosis.max_subjects_per_rule` (50)
+subjects of each rule, the worst: firing before pending, then by the rule's `rank_by` where it names one, then those
+exported at the last cycle (a subject stays until another is twice as bad), then by name;
+`kdiag_diagnosis_subjects_omitted{rule,state}` counts the others, and the alert's description says how many fire.
 """
 
 
@@ -142,7 +146,16 @@ def description_template(rule: Rule) -> str:
             f"{_literal(_explains_text(rule))} Evidence:"
             f'{{{{ range printf "kdiag_diagnosis_evidence{{rule=%q,subject=%q,{label}=%q}}" '
             f'"{rule.id}" $labels.subject $labels.{label} | query | sortByLabel "signal" }}}}'
-            ' {{ .Labels.signal }}={{ .Value | printf "%.4g" }}{{ end }}')
+            ' {{ .Labels.signal }}={{ .Value | printf "%.4g" }}{{ end }}'
+            f'{{{{ with printf "kdiag_diagnosis_subjects_omitted{{rule=%q,state=%q,{label}=%q}}" '
+            f'"{rule.id}" "firing" $labels.{label} | query }}}}{{{{ with . | first | value }}}}'
+            f'{_omitted_text(rule, OMITTED_COUNT)}{{{{ end }}}}{{{{ end }}}}')
+
+
+def _omitted_text(rule: Rule, count: str) -> str:
+    """The description's last sentence while diagnosis.max_subjects_per_rule leaves firing subjects out of /metrics."""
+    return (f" And {count} more firing subjects ({rule.each}), left out of /metrics by diagnosis.max_subjects_per_rule "
+            "(/api/diagnoses lists every one).")
 
 
 def alert_expr(rule: Rule) -> str:
@@ -244,6 +257,11 @@ def render_alertmanager(rules: list[Rule]) -> str:
     return ALERTMANAGER_HEADER + _dump(alertmanager_config(rules))
 
 
+def rank_text(rule: Rule) -> str:
+    """A rule's rank_by as written in the catalog."""
+    return ("-" if rule.rank_sign < 0 else "") + (rule.rank_by if "." in rule.rank_by else f"it.{rule.rank_by}")
+
+
 def render_docs(rules: list[Rule]) -> str:
     """docs/RULES.md: an index, then one section per rule."""
     explained_by: dict[str, list[str]] = {}
@@ -266,6 +284,7 @@ def render_docs(rules: list[Rule]) -> str:
                 f"- explains: {links}",
                 f"- explained by: {causes}",
                 f"- evidence: {evidence}",
+                *([f"- worst first in /metrics (diagnosis.max_subjects_per_rule) by: `{rank_text(r)}`"] if r.rank_by else []),
                 "", "Condition:", "", "```", " ".join(r.when.split()), "```",
                 *(["", "Absent on purpose (the condition holds without these; a failing source is not a reason):", "",
                     *(f"- `{k}`: {why}" for k, why in r.absent_on_purpose.items())] if r.absent_on_purpose else []),
@@ -306,7 +325,8 @@ def _series(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
-def _expected_annotations(rule: Rule, subject: str, evidence: dict[str, float], runbook_base: str) -> dict[str, str]:
+def _expected_annotations(rule: Rule, subject: str, evidence: dict[str, float], runbook_base: str,
+                          omitted: int = 0) -> dict[str, str]:
     scope: dict[str, Signals] = {"it": {"name": subject}}
     for key, value in evidence.items():
         var, _, name = key.rpartition(".")
@@ -317,7 +337,8 @@ def _expected_annotations(rule: Rule, subject: str, evidence: dict[str, float], 
     return {
         "summary": f"{subject} {where}: {render(rule.summary, scope)}",
         "description": f"kdiag {rule.kind} {rule.id} ({rule.severity}) holds for {subject} {where}: "
-                       f"`{condition}` has been true for at least {rule.for_seconds:g}s.{_explains_text(rule)} Evidence:{values}",
+                       f"`{condition}` has been true for at least {rule.for_seconds:g}s.{_explains_text(rule)} Evidence:{values}"
+                       f"{_omitted_text(rule, str(omitted)) if omitted else ''}",
         "remediation": rule.remediation,
         "runbook_url": runbook_url(rule.id, runbook_base),
     }
@@ -329,11 +350,12 @@ def _labels(rule: Rule, subject: str) -> dict[str, str]:
             "scope": rule.scope, "cluster": TEST_CLUSTER, "subject": subject}
 
 
-def _expected(rule: Rule, labels: dict[str, str], evidence: dict[str, float], runbook_base: str) -> dict[str, Any]:
+def _expected(rule: Rule, labels: dict[str, str], evidence: dict[str, float], runbook_base: str,
+              omitted: int = 0) -> dict[str, Any]:
     """The alert promtool must see for a firing series: a cluster-scope one without the daemon's labels."""
     kept = {k: v for k, v in labels.items() if not (rule.scope == "cluster" and k in DAEMON_LABELS)}
     return {"exp_labels": {**kept, "kdiag_class": rule.kind},
-            "exp_annotations": _expected_annotations(rule, labels["subject"], evidence, runbook_base)}
+            "exp_annotations": _expected_annotations(rule, labels["subject"], evidence, runbook_base, omitted)}
 
 
 def prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_file: str = DEFAULT_PROMETHEUS.name) -> dict[str, Any]:
@@ -366,6 +388,18 @@ def prometheus_tests(rules: list[Rule], runbook_base: str = RUNBOOK_BASE, rule_f
             "alert_rule_test": [
                 {"eval_time": t, "alertname": alert_name(r.id), "exp_alerts": [expected]} for t in ("1m", "2m")] + [{
                 "eval_time": "4m", "alertname": alert_name(r.id), "exp_alerts": []}]})
+        labels = _labels(r, "worst")
+        omitted = {k: v for k, v in labels.items() if k in ("instance", "job", "rule", "cluster")}
+        tests.append({
+            "name": "an alert's description counts the firing subjects diagnosis.max_subjects_per_rule left out",
+            "interval": "1m",
+            "input_series": [{"series": _series("kdiag_diagnosis_active", labels), "values": "1x3"},
+                             {"series": _series("kdiag_diagnosis_subjects_omitted", {**omitted, "state": "firing"}),
+                              "values": "7x3"},
+                             {"series": _series("kdiag_diagnosis_subjects_omitted", {**omitted, "state": "pending"}),
+                              "values": "3x3"}],
+            "alert_rule_test": [{"eval_time": "2m", "alertname": alert_name(r.id),
+                                 "exp_alerts": [_expected(r, labels, {}, runbook_base, omitted=7)]}]})
     return {"rule_files": [rule_file], "evaluation_interval": "1m", "tests": [
         *tests, *liveness_tests(TEST_INSTANCE, TEST_PEER, TEST_CLUSTER)]}
 

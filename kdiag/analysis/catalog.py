@@ -25,7 +25,7 @@ SCOPES = ("host", "cluster")
 # (this host, its local broker's JMX, its own probe) are the host's.
 CLUSTER_SUBJECTS = ("topic", "group", "cluster")
 RULE_KEYS = {"id", "kind", "severity", "each", "scope", "when", "for", "summary", "evidence", "explains",
-             "remediation", "source", "absent_on_purpose"}
+             "remediation", "source", "absent_on_purpose", "rank_by"}
 REQUIRED_KEYS = ("id", "kind", "severity", "each", "when", "summary", "remediation", "source")
 TEXT_KEYS = REQUIRED_KEYS
 LIST_KEYS = ("evidence", "explains")
@@ -93,6 +93,10 @@ class Rule:
     scope: str = "host"
     # Signals whose absence the condition stands on (`!has(...)`), each with why its absence is a fact, not blindness.
     absent_on_purpose: dict[str, str] = field(default_factory=dict)
+    # The evidence that ranks its subjects when /metrics keeps only the worst (diagnosis.max_subjects_per_rule): its key
+    # in Diagnosis.evidence, and -1 when the smallest value is the worst; "" ranks by subject name alone.
+    rank_by: str = ""
+    rank_sign: float = 1.0
 
 
 def default_scope(each: str) -> str:
@@ -200,6 +204,7 @@ class _Loader:
         program = self.condition(nodes["when"], rid, data["each"], data["when"])
         absent = self.absence(nodes, rid, data["each"], data["when"], data.get("absent_on_purpose") or {})
         evidence = self.evidence(nodes.get("evidence", node), rid, data["each"], data.get("evidence") or [])
+        rank_by, rank_sign = self.rank(nodes, rid, data.get("rank_by"), evidence)
         for var, name, offset in ((m.group(1), m.group(2), m.start()) for m in TEMPLATE_FIELD.finditer(data["summary"])):
             if problem := check_reference(data["each"], var, name):
                 self.error(nodes["summary"], rid, f"summary: {problem}", offset)
@@ -210,7 +215,7 @@ class _Loader:
                     source=data["source"], for_seconds=for_seconds, evidence=evidence,
                     explains=data.get("explains") or [], file=str(self.path),
                     line=node.start_mark.line + 1, scope=data.get("scope") or default_scope(data["each"]),
-                    absent_on_purpose=absent)
+                    absent_on_purpose=absent, rank_by=rank_by, rank_sign=rank_sign)
 
     def check_types(self, data: dict[str, Any], nodes: dict[str, yaml.Node], rid: str) -> None:
         """Text where text is expected, lists of text for evidence and explains, a bounded condition."""
@@ -276,6 +281,19 @@ class _Loader:
             else:
                 out.append((var, name))
         return out
+
+    def rank(self, nodes: dict[str, yaml.Node], rid: str, given: Any,
+             evidence: list[tuple[str, str]]) -> tuple[str, float]:
+        """rank_by: one of the rule's evidence (`-` first: the smallest is the worst) as (its evidence key, sign)."""
+        if given is None:
+            return "", 1.0
+        text = given if isinstance(given, str) else ""
+        var, _, name = text.removeprefix("-").partition(".")
+        if (var, name) not in evidence:
+            self.error(nodes["rank_by"], rid, f"rank_by: {quote(given)} is not one of the rule's evidence "
+                       "(it.<signal>, or -it.<signal> when the smallest value is the worst)")
+            return "", 1.0
+        return (name if var == "it" else f"{var}.{name}"), (-1.0 if text.startswith("-") else 1.0)
 
 
 def load_catalog(paths: list[Path]) -> list[Rule]:

@@ -87,13 +87,16 @@ def build(config: Config, recording: Recording | None = None) -> Services:
         handover = Handover(host, admin if isinstance(admin, KafkaAdminCollector) else None,
                             jobs["admin"].slow_down if "admin" in jobs else None)
     pusher = (AlertPusher(am.url, host, am.resend_interval, am.timeout, basic_auth=am.basic_auth,
-                          authorization=am.authorization, tls_config=am.tls_config) if am.url else None)
+                          authorization=am.authorization, tls_config=am.tls_config,
+                          max_subjects=config.diagnosis.max_subjects_per_rule) if am.url else None)
     interval = recording.interval if recording else config.interval
     running = {c.name for c in [*collectors.collectors, *live.values()]}
     enabled = {name: name in running for name in sorted(discover())}
     published = Published(stale_after(config, interval), kafka.max_series, interval, page_policy=POLICY,
-                          collectors_enabled=enabled, top_groups=kafka.top_groups)
-    page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on])
+                          collectors_enabled=enabled, top_groups=kafka.top_groups,
+                          max_subjects=config.diagnosis.max_subjects_per_rule)
+    page = LivePage(config.history, kafka_version(kafka.jmx_classpath), off=[n for n, on in enabled.items() if not on],
+                    max_subjects=config.diagnosis.max_subjects_per_rule)
     return Services(config, recording, rules, root, collectors, background, pipeline, state_file, published,
                     Exporter(config.listen, published, config.web_config), probe, coordinator, pusher, page, handover)
 

@@ -63,6 +63,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "probe.reconcile_interval": (1, 86400),
     "probe.latency_buckets": (0.0001, 86400),
     "probe.slo_seconds": (0.001, 3600),
+    "diagnosis.max_subjects_per_rule": (0, 1_000_000),
     "alertmanager.resend_interval": (1, 86400),
     "alertmanager.timeout": (0.1, 300),
 }
@@ -202,6 +203,15 @@ class LoadgenConfig:
 
 
 @dataclass
+class DiagnosisConfig:
+    """What /metrics and the page show of the diagnoses (/api/diagnoses and `kdiag diagnose` list every one)."""
+
+    # kdiag_diagnosis_active and _evidence (each series an alert) and the page for at most N subjects of each rule, the
+    # worst (firing first, then by the rule's rank_by); kdiag_diagnosis_subjects{,_omitted} count them. 0: all.
+    max_subjects_per_rule: int = 50
+
+
+@dataclass
 class AlertmanagerConfig:
     """Optional direct push of diagnoses to Alertmanager; empty url turns it off."""
 
@@ -235,6 +245,7 @@ class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     loadgen: LoadgenConfig = field(default_factory=LoadgenConfig)
+    diagnosis: DiagnosisConfig = field(default_factory=DiagnosisConfig)
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
     nics: dict[str, NicConfig] = field(default_factory=dict)
     # Collectors switched on or off by name (kdiag.collectors.registry); one left out: its default.

@@ -33,6 +33,13 @@ DIAGNOSIS_ACTIVE = gauge("kdiag_diagnosis_active",
                          "rule", "subject", "kind", "severity", "scope", optional=("broker", "cluster"))
 DIAGNOSIS_EVIDENCE = gauge("kdiag_diagnosis_evidence", "the signal values behind an active diagnosis",
                            "rule", "subject", "signal", optional=("cluster",))
+DIAGNOSIS_SUBJECTS = gauge("kdiag_diagnosis_subjects", "subjects a rule holds for now, by state (firing, pending), "
+                           "whether or not /metrics carries their kdiag_diagnosis_active (diagnosis.max_subjects_per_rule)",
+                           "rule", "state", optional=("cluster",))
+DIAGNOSIS_SUBJECTS_OMITTED = gauge(
+    "kdiag_diagnosis_subjects_omitted", "subjects of a rule, by state, whose kdiag_diagnosis_active and "
+    "kdiag_diagnosis_evidence series diagnosis.max_subjects_per_rule left out of /metrics: the least bad "
+    "ones (pending before firing, then by the rule's rank_by; /api/diagnoses lists every one)", "rule", "state", optional=("cluster",))
 DIAGNOSIS_EXPLAINS = gauge("kdiag_diagnosis_explains", "1 per broker a firing cause concerns (one series without "
                            "`broker` when it concerns no broker): the source of the generated Alertmanager inhibitions",
                            "rule", "subject", optional=("broker", "cluster"))

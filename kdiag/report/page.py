@@ -13,12 +13,13 @@ import logging
 import math
 from collections import deque
 from collections.abc import Reversible, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from kdiag.core.finite import dumps
 from kdiag.analysis.catalog import GLOBAL_SUBJECTS, Rule
 from kdiag.analysis.engine import Diagnosis
+from kdiag.analysis.subject_cap import RuleSubjects, SubjectCap
 from kdiag.report.host import host_section
 from kdiag.report.plots import STATE_COLORS, clock, formatted, plot, shown
 from kdiag.runtime.pipeline import State
@@ -245,12 +246,24 @@ def document(title: str, main: str, interval: float = 0.0) -> str:
             f'{status}</header><main id="main" data-interval="{interval:g}">{main}</main>{script}</body></html>\n')
 
 
-def live_main(state: State, history: EvidenceHistory, kafka_version: str = "", off: Sequence[str] = ()) -> str:
-    """The part of the live page the script swaps in: the diagnoses, then the host (with the collectors `off`)."""
+def live_main(state: State, history: EvidenceHistory, kafka_version: str = "", off: Sequence[str] = (),
+              counts: Sequence[RuleSubjects] = ()) -> str:
+    """The part of the live page the script swaps in: the diagnoses (and how many `counts` says are not shown), then
+    the host (with the collectors `off`)."""
     cluster = f", cluster {shown(state.cluster)}" if state.cluster else ""
     head = (f'<p class="facts">{shown(state.host)}{cluster}: snapshot at {clock(state.time)}; plots cover '
             f"{clock(history.start)} to {clock(history.end)}</p>{legend(False)}")
-    return head + blind_html(state) + diagnoses_html(history, state) + host_section(state, kafka_version, off)
+    return (head + blind_html(state) + omitted_html(counts) + diagnoses_html(history, state)
+            + host_section(state, kafka_version, off))
+
+
+def omitted_html(counts: Sequence[RuleSubjects]) -> str:
+    """The rules with more subjects than the page shows (diagnosis.max_subjects_per_rule): how many of each state."""
+    rows = "".join(f"<li><b>{shown(c.rule)}</b>: {sum(c.subjects.values())} subjects, {c.omitted['firing']} firing "
+                   f"and {c.omitted['pending']} pending not shown</li>" for c in counts if any(c.omitted.values()))
+    return (f'<h2>Only the worst subjects of each rule are shown</h2><p class="facts">diagnosis.max_subjects_per_rule; '
+            f'<a href="/api/diagnoses">diagnoses as JSON</a> lists every one</p><ul class="blind">{rows}</ul>'
+            if rows else "")
 
 
 def blind_html(state: State) -> str:
@@ -264,8 +277,10 @@ def blind_html(state: State) -> str:
 class LivePage:
     """The daemon's page: each cycle recorded into the history window and rendered once."""
 
-    def __init__(self, window: float, kafka_version: str = "", off: Sequence[str] = ()):
+    def __init__(self, window: float, kafka_version: str = "", off: Sequence[str] = (), max_subjects: int = 0):
         self.history = EvidenceHistory(window)
+        # At 10,000 lagging groups a page of every diagnosis took 30 s and 35 MB a cycle: the worst of each rule only.
+        self.cap = SubjectCap(max_subjects)
         self.kafka_version = kafka_version  # from the broker's class path, when its command line does not name it
         self.off = off  # the registered collectors that do not run
         self._failing = False
@@ -273,8 +288,16 @@ class LivePage:
     def update(self, state: State, interval: float) -> tuple[bytes, bytes] | None:
         """The page at `/` and its JSON at `/api/page` for this cycle; None (logged once) when it cannot be drawn."""
         try:
+            kept, counts = self.cap.select(state.diagnoses)
+            if len(kept) < len(state.diagnoses):
+                # A diagnosis left out is still active: not shown as resolved, not shown at all.
+                shown_keys = {(d.rule.id, d.subject) for d in kept}
+                for d in state.diagnoses:
+                    if (d.rule.id, d.subject) not in shown_keys:
+                        self.history.forget((d.rule.id, d.subject))
+                state = replace(state, diagnoses=kept)
             self.history.record(state)
-            main = live_main(state, self.history, self.kafka_version, self.off)
+            main = live_main(state, self.history, self.kafka_version, self.off, counts)
         except Exception as e:  # the page never holds back the cycle: the last one drawn stays
             if not self._failing:
                 log.warning("the page at / could not be drawn, the last one stays: %s: %s", type(e).__name__, e)

@@ -50,9 +50,14 @@ def render_text(state: State, color: bool = False) -> str:
     if not state.diagnoses:
         lines.append("nothing to report: no rule holds")
     placed: set[int] = set()
+    # Each symptom against the diagnoses whose rules name it: against every one took 3 s at 10,000 lagging groups.
+    by_target: dict[str, list[Diagnosis]] = {}
+    for c in [*causes, *symptoms]:
+        for target in dict.fromkeys(c.rule.explains):
+            by_target.setdefault(target, []).append(c)
     for s in symptoms:
         lines += ["", *_block(s, "", color)]
-        explaining = [c for c in [*causes, *symptoms] if c.explains(s)]
+        explaining = [c for c in by_target.get(s.rule.id, []) if c.explains(s)]
         if explaining:
             lines.append("  explained by:")
             for c in explaining:

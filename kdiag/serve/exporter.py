@@ -20,13 +20,14 @@ from kdiag.core.cardinality import KAFKA_PREFIX, cap_kafka_series, top_groups
 from kdiag.runtime.pipeline import State
 from kdiag.core.sample import COUNTER, COUNTER32, HISTOGRAM, Sample
 from kdiag.analysis.scope import diagnosis_labels, explains_labels, exported, with_cluster
+from kdiag.analysis.subject_cap import SubjectCap
 from kdiag.families import declared_family
 from kdiag.families.family import Family
 from kdiag.families.own import (
     BUILD_INFO, CLUSTER_REPORTING, COLLECTOR_DURATION_SECONDS, COLLECTOR_ENABLED, COLLECTOR_LAST_ERROR_INFO,
     COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, COLLECTOR_SUCCESS, CYCLE_INTERVAL_SECONDS, DIAGNOSIS_ACTIVE,
-    DIAGNOSIS_EVIDENCE, DIAGNOSIS_EXPLAINS, LAST_CYCLE_TIMESTAMP_SECONDS, OUTPUT_VALUES_SKIPPED_TOTAL,
-    RENDER_ERRORS_TOTAL, SERIES_DROPPED_TOTAL,
+    DIAGNOSIS_EVIDENCE, DIAGNOSIS_EXPLAINS, DIAGNOSIS_SUBJECTS, DIAGNOSIS_SUBJECTS_OMITTED, LAST_CYCLE_TIMESTAMP_SECONDS,
+    OUTPUT_VALUES_SKIPPED_TOTAL, RENDER_ERRORS_TOTAL, SERIES_DROPPED_TOTAL,
 )
 
 log = logging.getLogger(__name__)
@@ -210,8 +211,9 @@ class StateCollector:
     """A prometheus_client collector over one published State's health and diagnoses (samples: FamilyCache)."""
 
     def __init__(self, state: State, dropped_total: float = 0.0, interval: float = 0.0,
-                 collectors_enabled: dict[str, bool] | None = None):
+                 collectors_enabled: dict[str, bool] | None = None, cap: SubjectCap | None = None):
         self.state = state
+        self.cap = cap or SubjectCap(0)  # diagnosis.max_subjects_per_rule, with the subjects it kept last cycle
         self.dropped_total = dropped_total
         self.interval = interval  # seconds between cycles; 0 when unknown
         self.collectors_enabled = collectors_enabled or {}  # every registered collector: whether it runs
@@ -263,16 +265,26 @@ class StateCollector:
         evidence = _declared(DIAGNOSIS_EVIDENCE)
         explains = _declared(DIAGNOSIS_EXPLAINS)
         # A cluster-scope diagnosis is exported by the elected daemon only; the others list it in /api/diagnoses.
-        for d in (d for d in self.state.diagnoses if exported(d, self.state.reporting)):
+        mine = [d for d in self.state.diagnoses if exported(d, self.state.reporting)]
+        kept, counts = self.cap.select(mine, self.state.cluster)
+        for d in kept:
             labels = diagnosis_labels(d, self.state.cluster)
             active.add_sample(DIAGNOSIS_ACTIVE.name, labels, 1.0 if d.state == "firing" else 0.0)
             which: dict[str, str] = {k: labels[k] for k in ("rule", "subject", "cluster") if k in labels}
             for signal, value in d.evidence.items():
                 if isinstance(value, float):
                     evidence.add_sample(DIAGNOSIS_EVIDENCE.name, {**which, "signal": signal}, value)
+        # Every firing cause is an inhibition source, kept or not: its symptoms stay muted.
+        for d in mine:
             for source in explains_labels(d, self.state.cluster):
                 explains.add_sample(DIAGNOSIS_EXPLAINS.name, source, 1.0)
-        return [active, evidence, explains]
+        subjects, omitted = _declared(DIAGNOSIS_SUBJECTS), _declared(DIAGNOSIS_SUBJECTS_OMITTED)
+        for c in counts:
+            rule = {"rule": c.rule, **({"cluster": self.state.cluster} if c.cluster else {})}
+            for state in c.subjects:
+                subjects.add_sample(DIAGNOSIS_SUBJECTS.name, {**rule, "state": state}, float(c.subjects[state]))
+                omitted.add_sample(DIAGNOSIS_SUBJECTS_OMITTED.name, {**rule, "state": state}, float(c.omitted[state]))
+        return [active, evidence, explains, subjects, omitted]
 
 
 def failing_lines(state: State) -> bytes:
@@ -283,11 +295,11 @@ def failing_lines(state: State) -> bytes:
 
 def render_metrics(state: State, cache: FamilyCache | None = None,
                    dropped_total: float = 0.0, interval: float = 0.0,
-                   collectors_enabled: dict[str, bool] | None = None) -> bytes:
+                   collectors_enabled: dict[str, bool] | None = None, cap: SubjectCap | None = None) -> bytes:
     """The Prometheus text exposition of a state plus kdiag's own process metrics."""
     cache = cache or FamilyCache()
     samples = cache.render(state.sources or [state.samples], state.cluster)
-    own = cache.render_families(StateCollector(state, dropped_total, interval, collectors_enabled).collect())
+    own = cache.render_families(StateCollector(state, dropped_total, interval, collectors_enabled, cap).collect())
     registry = CollectorRegistry(auto_describe=False)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
@@ -299,7 +311,8 @@ class Published:
 
     def __init__(self, stale_after: float = float("inf"), max_kafka_series: int = 100_000, interval: float = 0.0,
                  page_policy: str = "default-src 'none'", collectors_enabled: dict[str, bool] | None = None,
-                 top_groups: int = 0):
+                 top_groups: int = 0, max_subjects: int = 0):
+        self.cap = SubjectCap(max_subjects)  # diagnosis.max_subjects_per_rule
         self.collectors_enabled = collectors_enabled or {}  # exported as kdiag_collector_enabled
         self.page_policy = page_policy  # the page's Content-Security-Policy, sent as a header with frame-ancestors
         self.metrics = b"# kdiag: first collection still running\n"
@@ -339,7 +352,7 @@ class Published:
             self.dropped_total += dropped
             state = dataclasses.replace(state, samples=samples, sources=[samples])
         metrics = render_metrics(state, self._families, self.dropped_total, self.interval,
-                                 self.collectors_enabled)
+                                 self.collectors_enabled, self.cap)
         self.metrics, self.metrics_gzip = metrics, gzip.compress(metrics, compresslevel=1)
         self.diagnoses = dumps(state.to_json(), "api").encode()
         self.failing = failing_lines(state)

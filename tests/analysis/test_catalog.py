@@ -78,3 +78,27 @@ def test_the_shipped_catalog_reads_no_missing_signal_as_harmless() -> None:
     rules = {r.id: r for r in load_catalog([default_rules_dir()])}
     assert {r.id for r in rules.values() if r.absent_on_purpose} == {"broker_threads_waiting", "forced_flush_configured"}
     assert "has(" not in rules["loadgen_saturated"].when
+
+
+@pytest.mark.parametrize(("extra", "rank"), [
+    ("  evidence: [it.leaders, it.partitions]\n  rank_by: it.partitions\n", ("partitions", 1.0)),
+    ("  evidence: [it.leaders, host.busy_share]\n  rank_by: -host.busy_share\n", ("host.busy_share", -1.0)),
+    ("  evidence: [it.leaders]\n", ("", 1.0)),
+])
+def test_rank_by_names_an_evidence_and_its_order(tmp_path: Path, extra: str, rank: tuple[str, float]) -> None:
+    assert load(tmp_path, "'it.leaders > 1.0'", extra) == []
+    rule = load_catalog([tmp_path / "r.yaml"])[0]
+    assert (rule.rank_by, rule.rank_sign) == rank
+
+
+@pytest.mark.parametrize("rank_by", ["it.partitions", "it.nosuch", "leaders", "[it.leaders]", "'--it.leaders'"])
+def test_rank_by_outside_the_evidence_is_refused(tmp_path: Path, rank_by: str) -> None:
+    errors = load(tmp_path, "'it.leaders > 1.0'", f"  evidence: [it.leaders]\n  rank_by: {rank_by}\n")
+    assert len(errors) == 1 and "rank_by:" in errors[0] and "is not one of the rule's evidence" in errors[0], errors
+
+
+def test_the_shipped_rules_over_topics_and_groups_rank_their_subjects() -> None:
+    rules = load_catalog([default_rules_dir()])
+    assert {r.id: r.rank_by for r in rules}["consumer_lag_growing"] == "lag_seconds"
+    unranked = {r.id for r in rules if r.each in ("topic", "group") and not r.rank_by}
+    assert unranked == {"unclean_leader_election_enabled", "min_insync_replicas_low", "min_isr_unsatisfiable"}

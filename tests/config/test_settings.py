@@ -248,3 +248,24 @@ def test_probe_acks_quoted_not_pasted(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(f)
     assert str(info.value) == f"{f}: probe.acks: '{'a' * 76}... is not all, -1, 0 or 1"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("diagnosis:\n  max_subjects_per_rule: -1\n",
+     "diagnosis.max_subjects_per_rule: -1 is out of range (expected from 0 to 1e+06)"),
+    ("diagnosis:\n  max_subjects_per_rule: 2000000\n",
+     "diagnosis.max_subjects_per_rule: 2000000 is out of range (expected from 0 to 1e+06)"),
+    ("diagnosis:\n  max_subjects_per_rule: fifty\n", "diagnosis.max_subjects_per_rule: expected an integer, got 'fifty'"),
+    ("diagnosis:\n  max_subject_per_rule: 5\n",
+     "diagnosis.max_subject_per_rule: unknown key (expected one of max_subjects_per_rule)"),
+])
+def test_max_subjects_per_rule_is_checked_at_start_with_its_key(tmp_path, text, message):
+    f = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    assert str(info.value) == f"{f}: {message}"
+
+
+def test_max_subjects_per_rule_defaults_to_50_and_takes_0_for_every_subject(tmp_path):
+    assert load_config().diagnosis.max_subjects_per_rule == 50
+    assert load_config(write(tmp_path, "diagnosis:\n  max_subjects_per_rule: 0\n")).diagnosis.max_subjects_per_rule == 0

@@ -22,6 +22,7 @@ from kdiag.report.html import frozen, recording_report
 from kdiag.report.page import SCRIPT, STYLE, EvidenceHistory, LivePage
 from kdiag.report.plots import formatted, plot
 from kdiag.runtime.pipeline import Health, State
+from tests.analysis.test_subject_cap import judged
 from tests.paths import RECORDINGS
 
 LINE_BREAKS = ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
@@ -228,3 +229,17 @@ def test_the_kafka_version_comes_from_the_broker_jar_on_the_class_path(tmp_path)
     assert kafka_version(f"{tmp_path}/nothing/*:{libs}/*") == "4.4.0"
     assert kafka_version("/opt/kafka/libs/kafka_2.13-3.7.2.jar:/opt/x.jar") == "3.7.2"
     assert kafka_version(f"{libs}/kafka-clients-4.4.0.jar") == ""  # a client jar says nothing of the broker
+
+
+def test_the_page_shows_the_worst_subjects_of_a_rule_and_counts_the_others():
+    lags = {f"g{i:02d}": float(i) for i in range(40)}
+    page = LivePage(900, max_subjects=5)
+    first = page.update(State("h", 600.0, [], {}, {}, judged(lags, set(lags))), 5.0)[0].decode()
+    assert re.findall(r'data-rule="consumer_lag_growing" data-subject="([^"]*)"', first) == [
+        "g35", "g36", "g37", "g38", "g39"]
+    assert "<b>consumer_lag_growing</b>: 40 subjects, 35 firing and 0 pending not shown" in first
+    # One that is cut, still active, is not shown as resolved.
+    lags["g00"] = 1000.0
+    later = page.update(State("h", 605.0, [], {}, {}, judged(lags, set(lags))), 5.0)[0].decode()
+    assert re.findall(r'data-subject="([^"]*)"', later) == ["g00", "g36", "g37", "g38", "g39"]
+    assert 'class="badge resolved"' not in later
