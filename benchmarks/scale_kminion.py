@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=20)
     p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
     p.add_argument("--kdiag-only", action="store_true", help="kdiag's two committed-offsets modes, no KMinion")
+    p.add_argument("--probe", action="store_true",
+                   help="keep kdiag's synthetic probe on (off by default: KMinion's end-to-end probe is off too, and "
+                        "each adds its own produce and fetch traffic)")
     p.add_argument("--first-jmx-only", action="store_true",
                    help="kdiag polls the first broker's JMX only, as the daemon on one broker's host does")
     args = p.parse_args(argv)
@@ -146,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     config = yaml.safe_load(lab_config().read_text())
     if args.first_jmx_only:
         config["kafka"]["jmx"] = config["kafka"].get("jmx", [])[:1]
+    if not args.probe:
+        config["probe"] = {**config.get("probe", {}), "enabled": False}
     bootstrap = config["kafka"]["bootstrap_servers"]
     topics = math.ceil(args.partitions / args.per_topic)
     from confluent_kafka.admin import AdminClient
