@@ -26,7 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
@@ -242,8 +244,10 @@ class Committer:
                 return
 
 
-def run_window(config: dict, window: float, warmup: float, interval: float) -> dict:
-    """Run kdiag for warmup + window seconds; its CPU share, RSS, scrape p99, series and last scrape at the end."""
+def run_window(config: dict, window: float, warmup: float, interval: float,
+               counts: Callable[[], Any] | None = None) -> dict:
+    """Run kdiag for warmup + window seconds; its CPU share, RSS, scrape p99, series and last scrape at the end, and
+    `counts()` taken as the window begins and ends (under "counts", with the window's seconds)."""
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "kdiag.yaml")
@@ -266,6 +270,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
                 time.sleep(1)
             time.sleep(warmup)
             pids = [proc.pid, *children(proc.pid)]
+            counted = counts() if counts else None
             cpu0, t0 = sum(map(cpu_seconds, pids)), time.monotonic()
             scrapes, rss, body, cycles, admin, durations = [], [], b"", set(), set(), {}
             failed = 0  # scrapes whose admin fetch had failed
@@ -281,6 +286,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
                 time.sleep(max(0.0, interval - took))
             cpu = sum(map(cpu_seconds, pids)) - cpu0
             elapsed = time.monotonic() - t0
+            counted = (counted, counts(), elapsed) if counts else None
             children_rss = sum(rss_mb(p) for p in pids[1:])
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -297,7 +303,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float) -> d
             if len(admin_times) > 1 else math.nan,
             "scrape_p99": percentile(scrapes, 99), "series": len(lines), "failed_scrapes": failed,
             "admin_p50": percentile(list(durations.values()), 50), "admin_max": max(durations.values(), default=math.nan),
-            "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_")), "body": body}
+            "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_")), "body": body, "counts": counted}
 
 
 def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:

@@ -6,7 +6,8 @@ and the first SAMPLED_TOPICS topics get --messages messages per partition, so th
 Then, one after the other and each for --warmup + --window seconds: nothing (the baseline: the committer's own
 requests), kdiag with kafka.committed_offsets offset_fetch, kdiag with offsets_topic, KMinion in its adminApi mode
 and in its offsetsTopic mode (built by benchmarks/build_kminion.sh). Kafka requests per second come from the
-brokers' RequestMetrics RequestsPerSec counts (all request types, JmxTool), less the baseline's; CPU and RSS of
+brokers' RequestMetrics RequestsPerSec counts over each tool's measured window (per type, JmxTool), less the
+baseline's; CPU and RSS of
 kdiag include its children. The lag of SAMPLED_GROUPS idle groups is compared between every tool and the lab's truth.
 """
 
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -79,9 +81,10 @@ def scrape(port: int) -> bytes:
         conn.close()
 
 
-def run_kminion(bootstrap: str, mode: str, warmup: float, window: float, sampled: list[str]) -> dict:
+def run_kminion(bootstrap: str, mode: str, warmup: float, window: float, sampled: list[str],
+                counts: Callable[[], dict[str, float]]) -> dict:
     """KMinion in `mode` for warmup + window seconds (after it exports every sampled group), scraped every 5 s: CPU,
-    RSS, last scrape."""
+    RSS, last scrape, and `counts()` as the window begins and ends."""
     port = free_port()
     config = {"kafka": {"brokers": bootstrap.split(",")},
               "minion": {"consumerGroups": {"enabled": True, "scrapeMode": mode, "granularity": "topic"},
@@ -109,14 +112,15 @@ def run_kminion(bootstrap: str, mode: str, warmup: float, window: float, sampled
             while time.monotonic() < warm:
                 scrape(port)
                 time.sleep(5)
+            counted = counts()
             cpu0, t0, rss = cpu_seconds(proc.pid), time.monotonic(), []
             # KMinion reads the cluster when scraped: every 5 s, as kdiag is scraped.
             while time.monotonic() - t0 < window:
                 body = scrape(port)
                 rss.append(rss_mb(proc.pid))
                 time.sleep(5)
-            cpu = cpu_seconds(proc.pid) - cpu0
-            return {"cpu_share": cpu / (time.monotonic() - t0), "rss": max(rss), "body": body}
+            cpu, elapsed = cpu_seconds(proc.pid) - cpu0, time.monotonic() - t0
+            return {"cpu_share": cpu / elapsed, "rss": max(rss), "body": body, "counts": (counted, counts(), elapsed)}
         finally:
             proc.terminate()
             proc.wait(30)
@@ -176,18 +180,15 @@ def main(argv: list[str] | None = None) -> int:
             for source in ("offset_fetch", "offsets_topic"):
                 progress(f"kdiag, committed_offsets {source}")
                 kdiag_config = {**config, "kafka": {**config["kafka"], "committed_offsets": source}}
-                r0 = request_counts(readers)
-                r = run_window(kdiag_config, args.window, args.warmup, 5.0)
-                rate = rates(r0, request_counts(readers), args.window + args.warmup, baseline)
+                r = run_window(kdiag_config, args.window, args.warmup, 5.0, lambda: request_counts(readers))
+                rate = rates(*r["counts"], baseline)
                 rows.append((f"kdiag ({source})", r["cpu_share"], r["rss"] + r["children_rss"], rate))
                 lags[rows[-1][0]] = group_lags(r["body"], "kdiag_kafka_consumergroup_lag", "group")
                 fetches[rows[-1][0]] = f"{r['admin_p50']:.2f} s / {r['admin_max']:.2f} s, {r['failed_scrapes']} failed"
             for mode in ("adminApi", "offsetsTopic") if not args.kdiag_only else ():
                 progress(f"KMinion, {mode}")
-                r0 = request_counts(readers)
-                t0 = time.monotonic()
-                r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled)
-                rate = rates(r0, request_counts(readers), time.monotonic() - t0, baseline)
+                r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled, lambda: request_counts(readers))
+                rate = rates(*r["counts"], baseline)
                 rows.append((f"KMinion ({mode})", r["cpu_share"], r["rss"], rate))
                 lags[rows[-1][0]] = group_lags(r["body"], "kminion_kafka_consumer_group_topic_lag", "group_id")
     finally:
