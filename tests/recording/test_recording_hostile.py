@@ -290,8 +290,11 @@ def test_a_huge_malformed_line_gives_a_short_error(rec: Path) -> None:
 
 def interrupted(argv: list[str], ready: str, tmpdir: Path) -> subprocess.CompletedProcess:
     """Run kdiag, send SIGINT once a stderr line holds `ready`, and return what it did."""
+    # A test run started in the background (`.ci/run &`) passes SIGINT on ignored, and Python then keeps ignoring it:
+    # kdiag gets the default disposition, as from a terminal.
     proc = subprocess.Popen([sys.executable, "-m", "kdiag", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "TMPDIR": str(tmpdir), "PYTHONUNBUFFERED": "1"})
+                            text=True, env={**os.environ, "TMPDIR": str(tmpdir), "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         seen = []
         while not any(ready in line for line in seen):
