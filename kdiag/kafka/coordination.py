@@ -192,6 +192,9 @@ class Coordinator:
         """Close the group consumer (its LeaveGroup hands partition 0 over at once), the reader and the producer."""
         with contextlib.suppress(Exception):
             if self._consumer is not None:
+                # librdkafka 2.16's cooperative close sends no LeaveGroup when the member holds no partition (every
+                # daemon but the reporter): the group then waits a session timeout. An unsubscribe first always leaves.
+                self._consumer.unsubscribe()
                 self._consumer.close()
         with contextlib.suppress(Exception):
             if self._producer is not None:

@@ -11,7 +11,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import ConsumerGroupState, KafkaError
 from confluent_kafka.admin import AdminClient
 from tests.waiting import wait_until
 
@@ -52,11 +52,22 @@ def delete_topic(bootstrap: str, topic: str, group: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     # The coordinator takes the members' LeaveGroups asynchronously: the group may be non-empty for a moment. An Empty
     # group without offsets (its topic was deleted) may already be gone: the broker removes it by itself.
+    answers: list[str] = []
+
     def deleted() -> bool:
         error = admin.delete_consumer_groups([group], request_timeout=10)[group].exception(timeout=15)
+        answers.append(str(error))
         return error is None or error.args[0].code() == KafkaError.GROUP_ID_NOT_FOUND
 
-    wait_until(deleted, 60, f"group {group} deleted")
+    t0 = time.monotonic()
+    try:
+        wait_until(deleted, 60, f"group {group} deleted")
+    finally:
+        print(f"group {group}: after {time.monotonic() - t0:.1f} s, the broker's last answers to DeleteGroups: "
+              f"{answers[-3:]}")
+        if answers and "NON_EMPTY" in answers[-1]:
+            described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+            print(f"state {described.state}, members {[(m.client_id, m.member_id) for m in described.members]}")
     for future in admin.delete_topics([topic, topic + STATE_SUFFIX], operation_timeout=10).values():
         error = future.exception(timeout=15)
         # A test that deleted a topic may end before the coordinators created it again: nothing left to drop.
@@ -112,6 +123,34 @@ from kdiag.kafka.coordination_records import Member
 Coordinator(sys.argv[1], ClientSettings(), Member("killed", 9), sys.argv[2], sys.argv[3]).start()
 threading.Event().wait()
 """
+
+
+def test_a_stopped_standby_leaves_the_group_before_its_stop_returns(kafka_lab: dict) -> None:
+    """librdkafka's cooperative close skips the LeaveGroup of a member holding no partition; kdiag's stop does not."""
+    bootstrap = kafka_lab["bootstrap"]
+    tag = f"scope-leave-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{tag}-topic", f"{tag}-group"
+    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group,
+                                rule_ids=frozenset({"broker_down"})) for b in (1, 2)]
+    try:
+        for c in coordinators:
+            c.start()
+        reporter = wait_until(lambda: agreed(coordinators), 120, "one reporter both coordinators name")
+        standby = next(c for c in coordinators if c is not reporter)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+
+        def stable_with_both() -> bool:
+            described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+            return described.state == ConsumerGroupState.STABLE and len(described.members) == 2
+
+        wait_until(stable_with_both, 60, "both coordinators in the group, its rebalance done")
+        standby.stop()
+        # The broker answered the LeaveGroup before the consumer closed: no session timeout to wait for.
+        assert [m.client_id for m in group_members(bootstrap, group)] == [reporter.client_id]
+    finally:
+        for c in coordinators:
+            c.stop()
+        delete_topic(bootstrap, topic, group)
 
 
 def test_a_killed_reporter_is_replaced_after_the_session_timeout(kafka_lab: dict) -> None:
