@@ -247,3 +247,17 @@ class ErrorLog:
         """The client works again: forget the last error."""
         with self._lock:
             self._raw = self._reason = ""
+
+
+# COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: the group's coordinator is another broker now
+MOVED_COORDINATOR_ERRORS = frozenset({15, 16})
+
+
+def coordinator_moved(error: BaseException) -> bool:
+    """Whether a librdkafka admin call failed on a stale group coordinator. Its AdminClient caches coordinators until
+    metadata.max.age.ms (15 min) after their last use and never evicts one on NOT_COORDINATOR: only a new client asks
+    FindCoordinator again."""
+    from confluent_kafka import KafkaException
+
+    return isinstance(error, KafkaException) and bool(error.args) and hasattr(error.args[0], "code") \
+        and error.args[0].code() in MOVED_COORDINATOR_ERRORS

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdiag.core.quote import quote
-from kdiag.kafka.client import ClientSettings, ErrorLog
+from kdiag.kafka.client import ClientSettings, ErrorLog, coordinator_moved
 from kdiag.kafka.coordination_records import (ALIVE_SUFFIX, FORMAT, MAC_HEADER, MAX_DIAGNOSES, MAX_EVIDENCE,
                                               MAX_RECORD_BYTES, MAX_STRING, VERSION, Member, Refused, client_id, encode, mac_holds,
                                               finite, member_of, parse, record_mac)
@@ -62,6 +62,10 @@ READER_LIMITS = {"max.partition.fetch.bytes": MAX_RECORD_BYTES + 65536, "fetch.m
                  "queued.min.messages": 10, "fetch.queue.backoff.ms": 10}
 # Each pass of the loop reads what the state topic holds for up to this long: a flood must not hold heartbeats back.
 READ_BUDGET = 0.3
+
+
+class CoordinatorMoved(Exception):
+    """The group's coordinator moved: the election's AdminClient is replaced (`coordinator_moved`)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,12 @@ class Coordinator:
             return Reporting(False, None, "waiting for a valid reporter" if readable else "the cluster does not answer",
                              signed)
 
+    @property
+    def looked_at(self) -> float:
+        """When (time.monotonic) this daemon last described its group."""
+        with self._lock:
+            return self._seen
+
     def _valid_reporter(self, now: float) -> Member | None:
         """The author of the holder's last heartbeat when it is recent (under the lock)."""
         heard = self._alive.get(self._holder[0]) if self._holder else None
@@ -169,6 +179,7 @@ class Coordinator:
         admin = None
         try:
             while not self._stop.is_set():
+                moved = False
                 try:
                     admin = admin or AdminClient(self._conf({}))
                     if self._reader is None:
@@ -177,9 +188,15 @@ class Coordinator:
                     if self._consumer is None and self.mode == "auto":  # `never` only looks at the group
                         self._consumer = self._join()
                     self._loop(admin)
+                except CoordinatorMoved:
+                    moved = True
                 except Exception as e:  # the election never takes the daemon down: it only stops reporting
                     self._failed(e)
                     self._stop.wait(RETRY_AFTER)
+                if moved:  # out of the except block, whose traceback holds the old client
+                    log.info("the coordinator of group %s moved: looking at it through a new admin client", self.group)
+                    admin = None
+                    gc.collect()
         finally:
             log.info("leaving coordination group %s", self.group)
             self._close_clients()
@@ -409,6 +426,8 @@ class Coordinator:
                     self._look(admin)
                 except Exception as e:  # keep polling: the consumer's heartbeats must go on while this fails
                     self._failed(e)
+                    if coordinator_moved(e):
+                        raise CoordinatorMoved from None  # the consumer stays in the group meanwhile
             if self._elected() and now - self._alive_sent >= ALIVE_EVERY:
                 self._produce(self.group.encode() + ALIVE_SUFFIX, encode(self._envelope("alive", saved=time.time())))
                 self._alive_sent = now

@@ -13,7 +13,8 @@ import uuid
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaError
 from confluent_kafka.admin import AdminClient
-from tests.waiting import wait_until
+from tests.kafka.coordinator_move import coordinator_moved
+from tests.waiting import timed_wait, wait_until
 
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.coordination import SESSION_TIMEOUT_MS, STATE_SUFFIX, Coordinator
@@ -147,6 +148,29 @@ def test_a_stopped_standby_leaves_the_group_before_its_stop_returns(kafka_lab: d
         standby.stop()
         # The broker answered the LeaveGroup before the consumer closed: no session timeout to wait for.
         assert [m.client_id for m in group_members(bootstrap, group)] == [reporter.client_id]
+    finally:
+        for c in coordinators:
+            c.stop()
+        delete_topic(bootstrap, topic, group)
+
+
+def test_the_election_follows_its_group_coordinator_to_another_broker(kafka_lab: dict) -> None:
+    """A preferred-leader election moving the group's coordinator (librdkafka's admin cache would keep asking the old
+    one for 15 minutes): every coordinator looks at the group again and one reporter stays elected."""
+    bootstrap = kafka_lab["bootstrap"]
+    tag = f"scope-moved-{uuid.uuid4().hex[:8]}"
+    topic, group = f"{tag}-topic", f"{tag}-group"
+    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group,
+                                rule_ids=frozenset({"broker_down"})) for b in (1, 2)]
+    try:
+        for c in coordinators:
+            c.start()
+        wait_until(lambda: agreed(coordinators), 120, "one reporter both coordinators name")
+        with coordinator_moved(bootstrap, group) as broker:
+            moved_at = time.monotonic()
+            took = timed_wait(lambda: agreed(coordinators) and all(c.looked_at > moved_at for c in coordinators), 90,
+                              f"both coordinators looking at the group through broker {broker}, one reporter")
+            print(f"\nthe group's coordinator moved to broker {broker}: looked at again after {took:.1f} s")
     finally:
         for c in coordinators:
             c.stop()
