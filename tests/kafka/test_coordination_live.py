@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaError
@@ -126,55 +127,48 @@ threading.Event().wait()
 """
 
 
-def test_a_stopped_standby_leaves_the_group_before_its_stop_returns(kafka_lab: dict) -> None:
-    """librdkafka's cooperative close skips the LeaveGroup of a member holding no partition; kdiag's stop does not."""
+@pytest.fixture
+def pair(kafka_lab: dict) -> Iterator[tuple[list[Coordinator], Coordinator]]:
+    """Two coordinators of a group of the test's own, started, and the reporter they agreed on."""
     bootstrap = kafka_lab["bootstrap"]
-    tag = f"scope-leave-{uuid.uuid4().hex[:8]}"
-    topic, group = f"{tag}-topic", f"{tag}-group"
-    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group,
+    tag = f"scope-pair-{uuid.uuid4().hex[:8]}"
+    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), f"{tag}-topic", f"{tag}-group",
                                 rule_ids=frozenset({"broker_down"})) for b in (1, 2)]
     try:
         for c in coordinators:
             c.start()
-        reporter = wait_until(lambda: agreed(coordinators), 120, "one reporter both coordinators name")
-        standby = next(c for c in coordinators if c is not reporter)
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-
-        def stable_with_both() -> bool:
-            described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
-            return described.state == ConsumerGroupState.STABLE and len(described.members) == 2
-
-        wait_until(stable_with_both, 60, "both coordinators in the group, its rebalance done")
-        standby.stop()
-        # The broker answered the LeaveGroup before the consumer closed: no session timeout to wait for.
-        assert [m.client_id for m in group_members(bootstrap, group)] == [reporter.client_id]
+        yield coordinators, wait_until(lambda: agreed(coordinators), 120, "one reporter both coordinators name")
     finally:
         for c in coordinators:
             c.stop()
-        delete_topic(bootstrap, topic, group)
+        delete_topic(bootstrap, f"{tag}-topic", f"{tag}-group")
 
 
-def test_the_election_follows_its_group_coordinator_to_another_broker(kafka_lab: dict) -> None:
+def test_a_stopped_standby_leaves_the_group_before_its_stop_returns(kafka_lab: dict, pair) -> None:
+    """librdkafka's cooperative close skips the LeaveGroup of a member holding no partition; kdiag's stop does not."""
+    coordinators, reporter = pair
+    standby = next(c for c in coordinators if c is not reporter)
+    admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
+
+    def stable_with_both() -> bool:
+        described = admin.describe_consumer_groups([reporter.group], request_timeout=10)[reporter.group].result(timeout=15)
+        return described.state == ConsumerGroupState.STABLE and len(described.members) == 2
+
+    wait_until(stable_with_both, 60, "both coordinators in the group, its rebalance done")
+    standby.stop()
+    # The broker answered the LeaveGroup before the consumer closed: no session timeout to wait for.
+    assert [m.client_id for m in group_members(kafka_lab["bootstrap"], reporter.group)] == [reporter.client_id]
+
+
+def test_the_election_follows_its_group_coordinator_to_another_broker(kafka_lab: dict, pair) -> None:
     """A preferred-leader election moving the group's coordinator (librdkafka's admin cache would keep asking the old
     one for 15 minutes): every coordinator looks at the group again and one reporter stays elected."""
-    bootstrap = kafka_lab["bootstrap"]
-    tag = f"scope-moved-{uuid.uuid4().hex[:8]}"
-    topic, group = f"{tag}-topic", f"{tag}-group"
-    coordinators = [Coordinator(bootstrap, ClientSettings(), Member(f"host-{b}", b), topic, group,
-                                rule_ids=frozenset({"broker_down"})) for b in (1, 2)]
-    try:
-        for c in coordinators:
-            c.start()
-        wait_until(lambda: agreed(coordinators), 120, "one reporter both coordinators name")
-        with coordinator_moved(bootstrap, group) as broker:
-            moved_at = time.monotonic()
-            took = timed_wait(lambda: agreed(coordinators) and all(c.looked_at > moved_at for c in coordinators), 90,
-                              f"both coordinators looking at the group through broker {broker}, one reporter")
-            print(f"\nthe group's coordinator moved to broker {broker}: looked at again after {took:.1f} s")
-    finally:
-        for c in coordinators:
-            c.stop()
-        delete_topic(bootstrap, topic, group)
+    coordinators, reporter = pair
+    with coordinator_moved(kafka_lab["bootstrap"], reporter.group) as broker:
+        moved_at = time.monotonic()
+        took = timed_wait(lambda: agreed(coordinators) and all(c.looked_at > moved_at for c in coordinators), 90,
+                          f"both coordinators looking at the group through broker {broker}, one reporter")
+        print(f"\nthe group's coordinator moved to broker {broker}: looked at again after {took:.1f} s")
 
 
 def test_a_killed_reporter_is_replaced_after_the_session_timeout(kafka_lab: dict) -> None:
