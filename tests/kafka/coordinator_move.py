@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -29,10 +30,15 @@ def offsets_partition(group: str, partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
-def coordinator_of(bootstrap: str, group: str) -> int:
-    """The broker id the cluster names as the group's coordinator (a fresh client: nothing cached)."""
+def described_group(bootstrap: str, group: str) -> Any:
+    """The group as its coordinator describes it, through a new client (librdkafka's keeps a coordinator that moved)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15).coordinator.id
+    return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
+
+
+def coordinator_of(bootstrap: str, group: str) -> int:
+    """The broker id the cluster names as the group's coordinator."""
+    return described_group(bootstrap, group).coordinator.id
 
 
 def _lead(bootstrap: str, partition: int, replicas: list[int]) -> None:

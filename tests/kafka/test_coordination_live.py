@@ -10,12 +10,11 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
-from tests.kafka.coordinator_move import coordinator_moved
+from tests.kafka.coordinator_move import coordinator_moved, described_group
 from tests.waiting import timed_wait, wait_until
 
 from kdiag.kafka.client import ClientSettings
@@ -203,12 +202,6 @@ def test_a_killed_reporter_is_replaced_after_the_session_timeout(kafka_lab: dict
         survivor.stop()
         observer.stop()
         delete_topic(bootstrap, topic, group)
-
-
-def described_group(bootstrap: str, group: str) -> Any:
-    """The group as its coordinator describes it, through a new client (librdkafka's keeps a coordinator that moved)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return admin.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
 
 
 def group_members(bootstrap: str, group: str) -> list:
