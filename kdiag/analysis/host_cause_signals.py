@@ -7,9 +7,8 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from collections import deque
 
-from kdiag.core.history import History, counter_increase
+from kdiag.core.history import History, Points, counter_increase
 from kdiag.analysis.signals import Signals, latest_by, latest_per, put, rates_by, rates_per, ratio
 from kdiag.families.process import (
     KAFKA_LOG_DIR_INFO, PROCESS_IS_BROKER, PROCESS_CGROUP_CPU_PERIODS_TOTAL, PROCESS_CGROUP_CPU_QUOTA_CORES,
@@ -83,14 +82,14 @@ def where(cgroup: str) -> str:
     return f"pod {pod}" + (f" container {container[:12]}" if container else "") + f" (cgroup {cgroup})"
 
 
-def window_mean(points: deque[tuple[float, float]], window: float) -> float:
+def window_mean(points: Points, window: float) -> float:
     """Mean of a gauge's points within the last `window` seconds (the latest point at least)."""
     start = points[-1][0] - window
     values = [v for t, v in points if t >= start]
     return sum(values) / len(values)
 
 
-def increase_over(points: deque[tuple[float, float]], seconds: float) -> float:
+def increase_over(points: Points, seconds: float) -> float:
     """A counter's increase over its points within the last `seconds` (resets counted as a restart from 0)."""
     start = points[-1][0] - seconds
     values = [v for t, v in points if t >= start]

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
 
 from kdiag.core.units import format_duration
-from kdiag.core.history import History
+from kdiag.core.history import History, Points
 from kdiag.analysis.latency_outliers import window_quantiles
 from kdiag.analysis.brokers import ON_BROKERS, live_brokers, node_id, on_brokers, topic_rates_by_leader
 from kdiag.analysis.signals import (
@@ -213,7 +212,7 @@ def catch_up(seconds: float | None) -> dict[str, float | str]:
     return {"catch_up_seconds": seconds, "catch_up": f"in {format_duration(seconds)}" if seconds > 0 else "now"}
 
 
-def changes_per_minute(points: deque[tuple[float, float]], seconds: float) -> float | None:
+def changes_per_minute(points: Points, seconds: float) -> float | None:
     """How often a gauge changed value per minute over the last `seconds`; None before a minute of points."""
     recent = [(t, v) for t, v in points if t >= points[-1][0] - seconds]
     span = recent[-1][0] - recent[0][0]

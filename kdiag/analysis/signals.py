@@ -8,11 +8,10 @@ schema is what rules may name, checked when rules load.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kdiag.core.history import History, window_rate
+from kdiag.core.history import History, Points, window_rate
 from kdiag.families.family import Family
 from kdiag.families.host import (
     CPU_SECONDS_TOTAL, MEMORY_CACHED_BYTES, MEMORY_MEMAVAILABLE_BYTES, MEMORY_MEMTOTAL_BYTES, MEMORY_SWAPFREE_BYTES,
@@ -150,7 +149,7 @@ def total(values: dict[tuple[str, ...], float]) -> float | None:
     return sum(values.values()) if values else None
 
 
-def series_change(points: deque[tuple[float, float]], seconds: float) -> tuple[float, float] | None:
+def series_change(points: Points, seconds: float) -> tuple[float, float] | None:
     """(latest value minus the oldest within the last `seconds`, seconds between them); None with one point."""
     if len(points) < 2:
         return None

@@ -34,3 +34,22 @@ def format_samples(samples: list[Sample]) -> str:
         labels = ",".join(f'{k}="{v}"' for k, v in s.labels)
         lines.append(f"{s.name}{{{labels}}} {s.value!r}")
     return "\n".join(sorted(lines)) + "\n"
+
+
+class LabelPool:
+    """The label tuples of the last batch, reused by the next: a series keeps one labels object from fetch to fetch
+    (the history keys its points by the first one) instead of a copy per fetch (66,000 series at 100,000 partitions)."""
+
+    def __init__(self) -> None:
+        self._pool: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+
+    def shared(self, samples: list[Sample]) -> list[Sample]:
+        """The samples, each with the labels object of the last batch's equal series when there was one."""
+        pool: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
+        out = []
+        for s in samples:
+            labels = self._pool.get(s.labels, s.labels)
+            pool[labels] = labels
+            out.append(s if labels is s.labels else s._replace(labels=labels))
+        self._pool = pool
+        return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdiag.core.history import WRAP32, History, counter_increase, window_rate
+from kdiag.core.history import WRAP32, History, counter_increase, drop_before, window_rate
 from kdiag.core.sample import COUNTER, COUNTER32, GAUGE, sample
 
 
@@ -119,3 +119,11 @@ def test_latest_time_tracks_the_last_snapshot():
     assert h.latest_time is None
     h.add(3.5, [])
     assert h.latest_time == 3.5
+
+
+def test_drop_before_keeps_the_points_at_or_after_the_horizon():
+    points = [(0.0, 1.0), (5.0, 2.0), (10.0, 3.0)]
+    drop_before(points, 5.0)
+    assert points == [(5.0, 2.0), (10.0, 3.0)]
+    drop_before(points, 11.0)
+    assert points == []

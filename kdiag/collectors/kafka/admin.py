@@ -20,7 +20,7 @@ from kdiag.config.probe import PROBE_GROUP_PREFIX, REPLICAS_TOPIC_SUFFIX
 from kdiag.config.settings import Config
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.core.root import Root
-from kdiag.core.sample import Sample
+from kdiag.core.sample import LabelPool, Sample
 from kdiag.core.worker_process import WorkerError, WorkerProcess
 from kdiag.families.kafka import CONSUMER_PARTITION_LAG_SECONDS, KAFKA_BROKER_EXPECTED, KAFKA_OFFSETS_TOPIC_READ, \
     KAFKA_TOPIC_KDIAG_OWN
@@ -85,6 +85,7 @@ class KafkaAdminCollector(Collector):
         self.lag_clock = LagClock()
         self.partition_rates = PartitionRates()
         self.partition_lag = PartitionLagClock()
+        self.labels = LabelPool()
         # Whether fetches read cluster-wide state (groups, end offsets): only while this daemon reports cluster scope
         # (set_full, each cycle); otherwise metadata and the configs of local_broker and its topics.
         self._full = True
@@ -173,7 +174,7 @@ class KafkaAdminCollector(Collector):
         samples += [KAFKA_TOPIC_KDIAG_OWN.sample(1, topic=t) for t in self.own_topics if t in state["topics"]]
         if self.offsets_read is not None:
             samples.append(KAFKA_OFFSETS_TOPIC_READ.sample(self.offsets_read))
-        return samples + [KAFKA_BROKER_EXPECTED.sample(1, broker_id=b) for b in self.expected_brokers]
+        return self.labels.shared(samples + [KAFKA_BROKER_EXPECTED.sample(1, broker_id=b) for b in self.expected_brokers])
 
     def _own(self, group: str) -> bool:
         return any(group.startswith(g[:-1]) if g.endswith("*") else group == g for g in self.own_groups)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
+from kdiag.core.history import Points, drop_before
 from collections.abc import Sequence
 
 from kdiag.core.cardinality import SeriesFilter
@@ -80,8 +80,8 @@ class LagClock:
 
     def __init__(self, retention: float = 900.0):
         self.retention = retention
-        self._ends: dict[str, deque[tuple[float, float]]] = {}
-        self._lags: dict[tuple[str, str], deque[tuple[float, float]]] = {}  # (group, topic) -> (time, lag in messages)
+        self._ends: dict[str, Points] = {}
+        self._lags: dict[tuple[str, str], Points] = {}  # (group, topic) -> (time, lag in messages)
         # (group, topic) pairs the history could not answer at the last fetch: the next asks for their record times.
         self.unanswered: list[list[str]] = []
 
@@ -93,13 +93,12 @@ class LagClock:
             ends = [end for p in topic["partitions"] if (end := p["log_end_offset"]) is not None]
             if ends and len(ends) == len(topic["partitions"]):
                 totals[name] = float(sum(ends))
-                self._ends.setdefault(name, deque()).append((t, totals[name]))
+                self._ends.setdefault(name, []).append((t, totals[name]))
         for name in [n for n in self._ends if n not in topics]:
             del self._ends[name]
         horizon = t - self.retention
         for points in self._ends.values():
-            while points and points[0][0] < horizon:
-                points.popleft()
+            drop_before(points, horizon)
         return totals
 
     def seconds(self, now: float, topic: str, committed: float) -> float | None:
@@ -110,10 +109,9 @@ class LagClock:
     def catch_up(self, now: float, group: str, topic: str, lag: float) -> float | None:
         """Seconds until the group's lag on the topic is gone at its consume and write rates of the last
         GROWTH_SECONDS (lag / how fast it shrinks); +Inf (never) while it does not shrink, None before two fetches."""
-        points = self._lags.setdefault((group, topic), deque())
+        points = self._lags.setdefault((group, topic), [])
         points.append((now, lag))
-        while now - points[0][0] > GROWTH_SECONDS:
-            points.popleft()
+        drop_before(points, now - GROWTH_SECONDS)
         if lag <= 0:
             return 0.0
         if now <= points[0][0]:

@@ -12,7 +12,7 @@ current, so they do not answer here.
 
 from __future__ import annotations
 
-from collections import deque
+from kdiag.core.history import Points, drop_before
 
 from kdiag.collectors.kafka.lag import plausible_record_time, time_at_offset
 from kdiag.core.sample import Sample
@@ -25,7 +25,7 @@ class PartitionLagClock:
 
     def __init__(self, retention: float = 900.0):
         self.retention = retention
-        self._ends: dict[tuple[str, int], deque[tuple[float, float]]] = {}
+        self._ends: dict[tuple[str, int], Points] = {}
         self._seen: dict[tuple[str, int], float] = {}  # when each tracked partition was last among the top
 
     def samples(self, now: float, state: AdminState) -> list[Sample]:
@@ -43,10 +43,9 @@ class PartitionLagClock:
                 parts = topics[topic]["partitions"] if topic in topics else []
                 by_topic[topic] = {p["partition"]: p["log_end_offset"] for p in parts}
             if (end := by_topic[topic].get(partition)) is not None:
-                points = self._ends.setdefault((topic, partition), deque())
+                points = self._ends.setdefault((topic, partition), [])
                 points.append((now, float(end)))
-                while points[0][0] < now - self.retention:
-                    points.popleft()
+                drop_before(points, now - self.retention)
         out = []
         for e in top:
             at = time_at_offset(self._ends.get((e["topic"], e["partition"]), ()), e["committed"])
