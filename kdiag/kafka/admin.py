@@ -16,6 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, TypedDict
 
+from kdiag.kafka.committed import Committed, CommittedCache
 from kdiag.kafka.group_offsets import BatchedOffsets
 from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.partition_lag import TopPartitions
@@ -105,12 +106,23 @@ def _cluster(admin: Any, deadline: float) -> tuple[str | None, int, list[Broker]
 def _topics(admin: Any, deadline: float) -> dict[str, Topic]:
     """Partitions (leader, replicas, isr) of every non-internal topic, from one metadata request."""
     metadata = admin.list_topics(timeout=_left(deadline))
+    # Partitions share a few replica sets: one list per set, which the answer's marshal frame keeps shared (100,000
+    # partitions on 6 brokers: 120 lists, not 200,000), so the daemon reads and holds them once. Nothing changes them.
+    lists: dict[tuple[int, ...], list[int]] = {}
+
+    def shared(ids: list[int]) -> list[int]:
+        key = tuple(ids)
+        if (kept := lists.get(key)) is None:
+            kept = lists[key] = list(key)
+        return kept
+
     topics: dict[str, Topic] = {}
     for name, topic in sorted(metadata.topics.items()):
         if name.startswith("__"):
             continue
         partitions: list[Partition] = [
-            {"partition": p.id, "leader": p.leader, "replicas": list(p.replicas), "isr": list(p.isrs), "log_end_offset": None}
+            {"partition": p.id, "leader": p.leader, "replicas": shared(p.replicas), "isr": shared(p.isrs),
+             "log_end_offset": None}
             for p in topic.partitions.values()
         ]
         topics[name] = {"partitions": sorted(partitions, key=lambda p: p["partition"]), "configs": {}, "config_sources": {}}
@@ -206,9 +218,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
         fetched = sorted(ids, key=lambda g: (states[g] == "EMPTY", g))[:FALLBACK_GROUPS]
         committed.keep(fetched)
     due = [g for g in fetched if committed.due(g, states[g])]
-    batched = batch.read(due, deadline) if batch is not None else {}
-    for g, answered in batched.items():
-        committed.put(g, states[g], answered)
+    batched = batch.read(due, deadline, lambda g, read: committed.put(g, states[g], read)) if batch else set()
     for g in due:
         if g not in batched:
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
@@ -239,7 +249,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
     return groups
 
 
-def _lag(committed: dict[str, list[tuple[int, int]]], ends: dict[str, dict[int, int | None]]) -> dict[str, TopicLag]:
+def _lag(committed: Committed, ends: dict[str, dict[int, int | None]]) -> dict[str, TopicLag]:
     """Per topic, the group's lag summed over its committed partitions and the largest partition lag."""
     lag: dict[str, TopicLag] = {}
     for topic, offsets in sorted(committed.items()):
@@ -277,43 +287,6 @@ class ConfigCache:
             self._topics.update(_configs(admin, new, [], deadline)[0])
         self._topics = {t: c for t, c in self._topics.items() if t in topics}
         return self._topics, self._brokers
-
-
-class CommittedCache:
-    """Committed offsets per group. An Empty group whose offsets were the same at its last two reads is quiet and read
-    again only every `quiet_interval` seconds; a group with members, or whose offsets moved, is read every fetch."""
-
-    def __init__(self, quiet_interval: float):
-        self.quiet_interval = quiet_interval
-        self._offsets: dict[str, dict[str, list[tuple[int, int]]]] = {}  # group -> topic -> (partition, offset)
-        self._quiet_since: dict[str, float] = {}  # quiet groups: when their offsets were last read
-
-    def keep(self, groups: list[str]) -> None:
-        """Forget the groups no longer listed."""
-        listed = set(groups)
-        for gone in [g for g in self._offsets if g not in listed]:
-            self._offsets.pop(gone)
-            self._quiet_since.pop(gone, None)
-
-    def due(self, group: str, state: str) -> bool:
-        """Whether the group's offsets must be read in this fetch."""
-        read = self._quiet_since.get(group)
-        return state != "EMPTY" or read is None or time.monotonic() - read >= self.quiet_interval
-
-    def put(self, group: str, state: str, read: list[tuple[str, int, int]]) -> None:
-        """The offsets just read: (topic, partition, offset) of every partition with a commit."""
-        offsets: dict[str, list[tuple[int, int]]] = {}
-        for topic, partition, offset in read:
-            offsets.setdefault(topic, []).append((partition, offset))
-        if state == "EMPTY" and self.quiet_interval > 0 and self._offsets.get(group) == offsets:
-            self._quiet_since[group] = time.monotonic()
-        else:
-            self._quiet_since.pop(group, None)
-        self._offsets[group] = offsets
-
-    def get(self, group: str) -> dict[str, list[tuple[int, int]]]:
-        """Per topic, (partition, offset) of every committed partition of the group; empty when never read."""
-        return self._offsets.get(group, {})
 
 
 def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kdiag.kafka.admin import CommittedCache, ConfigCache, KafkaAdminError, fetch_admin_state
+from kdiag.kafka.admin import ConfigCache, KafkaAdminError, fetch_admin_state
+from kdiag.kafka.committed import CommittedCache
 from kdiag.kafka.client import ClientSettings, ErrorLog
 from kdiag.kafka.group_offsets import BatchedOffsets
 from kdiag.kafka.offsets_topic import OffsetsView

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kdiag.kafka.client import ClientSettings
 
 log = logging.getLogger(__name__)
 
-BATCH_GROUPS = 500  # groups per OffsetFetch
+# Groups per OffsetFetch, and requests in flight: an answer is decoded into an object per partition, so a fetch holds
+# at most IN_FLIGHT x 200 groups' (at 100 partitions a group, 60,000 objects), not every group's at once.
+BATCH_GROUPS = 200
+IN_FLIGHT = 3
+FIND_GROUPS = 2000  # groups per FindCoordinator
 # librdkafka property -> kafka-python setting, for the properties whose meaning is the same in both.
 TRANSLATED = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
               "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
@@ -29,7 +34,8 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 # The group's coordinator moved, is loading it or is down: ask FindCoordinator again next fetch.
 COORDINATOR_ERRORS = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 
-Committed = dict[str, list[tuple[str, int, int]]]  # group -> (topic, partition, offset) of every committed partition
+# Takes one group's committed offsets as read: (topic, partition, offset) of every committed partition.
+Put = Callable[[str, Iterable[tuple[str, int, int]]], None]
 
 
 def batch_settings(settings: ClientSettings, bootstrap: str, timeout: float) -> dict[str, Any] | str:
@@ -63,30 +69,32 @@ class BatchedOffsets:
         self._checked = False
         self._warned = ""
 
-    def read(self, groups: list[str], deadline: float) -> Committed:
-        """Committed offsets of those of the groups a batched read answered; {} when none could be."""
+    def read(self, groups: list[str], deadline: float, put: Put) -> set[str]:
+        """Give `put` the committed offsets of each group a batched read answered, as it is read; the groups answered
+        (none when no batched read could be had; those answered before a failure when one failed)."""
+        answered: set[str] = set()
         if (client := self.client) is None or not groups:
             self._say()
-            return {}
+            return answered
         try:
             if not self._checked:
                 if not client.supported(deadline):
                     client.close()
                     self.client, self.refusal = None, "the brokers do not answer OffsetFetch v8 (Kafka 3.0+)"
                     self._say()
-                    return {}
+                    return answered
                 self._checked = True
                 log.info("committed offsets: one OffsetFetch per coordinator and %d groups (KIP-709)", BATCH_GROUPS)
-            out = client.fetch(groups, deadline)
+            client.fetch(groups, deadline, put, answered)
             self._warned = ""
-            return out
+            return answered
         except Exception as e:  # any failure of kafka-python's: the groups are read the old way
             client.close()
             if (reason := self.settings.redact(f"{type(e).__name__}: {e}")) != self._warned:
                 log.warning("committed offsets by batched OffsetFetch failed, read a group a request meanwhile: %s",
                             reason)
             self._warned = reason
-            return {}
+            return answered
 
     def close(self) -> None:
         """Close the client's connections."""
@@ -123,13 +131,13 @@ class GroupOffsetsClient:
         return bool(client.api_version(OffsetFetchRequest, max_version=8) >= 8
                     and client.api_version(FindCoordinatorRequest, max_version=4) >= 4)
 
-    def fetch(self, groups: Iterable[str], deadline: float) -> Committed:
-        """Committed offsets of the groups that answered; a group whose coordinator moved is left out; kafka-python's
-        errors (a connection, a timeout) raise."""
+    def fetch(self, groups: Iterable[str], deadline: float, put: Put, answered: set[str]) -> None:
+        """Give `put` the committed offsets of each group that answered and add it to `answered`; a group whose
+        coordinator moved is left out; kafka-python's errors (a connection, a timeout) raise."""
         wanted = list(groups)
         client = self._connect(deadline)
         self._find_coordinators(client, [g for g in wanted if g not in self._coordinators], deadline)
-        return self._offsets(client, [g for g in wanted if g in self._coordinators], deadline)
+        self._offsets(client, [g for g in wanted if g in self._coordinators], deadline, put, answered)
 
     def _connect(self, deadline: float) -> Any:
         if self._client is None:
@@ -148,40 +156,43 @@ class GroupOffsetsClient:
     def _find_coordinators(self, client: Any, groups: list[str], deadline: float) -> None:
         from kafka.protocol.metadata import FindCoordinatorRequest
 
-        for start in range(0, len(groups), BATCH_GROUPS * 4):
-            request = FindCoordinatorRequest(key_type=0, coordinator_keys=groups[start:start + BATCH_GROUPS * 4],
+        for start in range(0, len(groups), FIND_GROUPS):
+            request = FindCoordinatorRequest(key_type=0, coordinator_keys=groups[start:start + FIND_GROUPS],
                                              min_version=4, max_version=4)
             answer = _receive(client, client.least_loaded_node(), request, deadline)
             for found in answer.coordinators:
                 if found.error_code == 0:
                     self._coordinators[found.key] = found.node_id
 
-    def _offsets(self, client: Any, groups: list[str], deadline: float) -> Committed:
+    def _offsets(self, client: Any, groups: list[str], deadline: float, put: Put, answered: set[str]) -> None:
         from kafka.protocol.consumer.group import OffsetFetchRequest
 
         by_node: dict[int, list[str]] = {}
         for g in groups:
             by_node.setdefault(self._coordinators[g], []).append(g)
         entry = OffsetFetchRequest.OffsetFetchRequestGroup
-        sent = []
-        for node, node_groups in by_node.items():
+        batches = [(node, node_groups[start:start + BATCH_GROUPS]) for node, node_groups in by_node.items()
+                   for start in range(0, len(node_groups), BATCH_GROUPS)]
+        sent: deque[Any] = deque()
+        for node, batch in batches:
+            if len(sent) >= IN_FLIGHT:
+                self._take(_wait(client, sent.popleft(), deadline), put, answered)
             client.await_ready(node, timeout_ms=_left_ms(deadline))
-            for start in range(0, len(node_groups), BATCH_GROUPS):
-                request = OffsetFetchRequest(groups=[entry(group_id=g, topics=None)
-                                                     for g in node_groups[start:start + BATCH_GROUPS]],
-                                             require_stable=False, min_version=8, max_version=8)
-                sent.append(client.send(node, request))
-        out: Committed = {}
-        for future in sent:
-            for group in _wait(client, future, deadline).groups:
-                if group.error_code in COORDINATOR_ERRORS:
-                    self._coordinators.pop(group.group_id, None)
-                if group.error_code == 0:
-                    out[group.group_id] = [(topic.name, p.partition_index, p.committed_offset)
-                                           for topic in group.topics for p in topic.partitions
-                                           if p.error_code == 0 and p.committed_offset >= 0]
-        return out
+            sent.append(client.send(node, OffsetFetchRequest(groups=[entry(group_id=g, topics=None) for g in batch],
+                                                             require_stable=False, min_version=8, max_version=8)))
+        while sent:
+            self._take(_wait(client, sent.popleft(), deadline), put, answered)
 
+    def _take(self, answer: Any, put: Put, answered: set[str]) -> None:
+        """Hand on each group of one OffsetFetch answer; forget the coordinator of a group it moved away from."""
+        for group in answer.groups:
+            if group.error_code in COORDINATOR_ERRORS:
+                self._coordinators.pop(group.group_id, None)
+            if group.error_code == 0:
+                put(group.group_id, ((topic.name, p.partition_index, p.committed_offset)
+                                     for topic in group.topics for p in topic.partitions
+                                     if p.error_code == 0 and p.committed_offset >= 0))
+                answered.add(group.group_id)
 
 
 def _left_ms(deadline: float) -> int:

@@ -16,6 +16,7 @@ import logging
 import threading
 from typing import Any
 
+from kdiag.kafka.committed import PartitionOffsets
 from kdiag.kafka.offsets_records import GroupKey, GroupValue, OffsetKey, RecordError, decode_group_value, \
     decode_key, decode_offset_value
 
@@ -210,7 +211,7 @@ class OffsetsView:
 
     def __init__(self) -> None:
         self.read = 0.0
-        self._groups: dict[str, tuple[dict[str, list[tuple[int, int]]], float | None]] = {}
+        self._groups: dict[str, tuple[dict[str, PartitionOffsets], float | None]] = {}
 
     @property
     def caught_up(self) -> bool:
@@ -230,10 +231,10 @@ class OffsetsView:
                 self._groups.pop(group, None)
                 continue
             newest, topics = entry
-            self._groups[group] = ({t: list(zip(flat[::2], flat[1::2], strict=True)) for t, flat in topics.items()},
+            self._groups[group] = ({t: PartitionOffsets(zip(flat[::2], flat[1::2], strict=True)) for t, flat in topics.items()},
                                    newest / 1000 if newest >= 0 else None)
 
-    def offsets(self, group: str) -> tuple[dict[str, list[tuple[int, int]]], float | None]:
+    def offsets(self, group: str) -> tuple[dict[str, PartitionOffsets], float | None]:
         """The group's committed offsets (per topic, (partition, offset)) and newest commit time (epoch s; None when
         unknown)."""
         return self._groups.get(group) or ({}, None)

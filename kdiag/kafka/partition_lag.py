@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import heapq
 
+from kdiag.kafka.committed import Committed
 from kdiag.kafka.state import PartitionLag
 
-Committed = dict[str, list[tuple[int, int]]]  # topic -> (partition, committed offset)
 
 
 class TopPartitions:

@@ -13,13 +13,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from kdiag.kafka.committed import Committed
 from kdiag.kafka.state import AdminState, PartitionLag
 
 MAX_READS = 8
 READ_SECONDS = 2.0
 FETCH_BYTES = 65536
 KEPT = 4096  # timestamps kept for offsets read before (about 0.5 MB)
-Committed = dict[str, list[tuple[int, int]]]  # topic -> (partition, committed offset), as CommittedCache.get gives
 
 
 class RecordTimes:

@@ -29,8 +29,8 @@ def test_a_property_without_equivalent_is_named_and_its_value_never_said(caplog)
     assert reason == "kafka.client.ssl.keystore.location has no kafka-python equivalent"
     caplog.set_level("INFO", "kdiag.kafka.group_offsets")
     batched = BatchedOffsets(settings, "b1:9093", 5)
-    assert batched.read(["g1", "g2"], deadline=0.0) == {} and batched.client is None
-    assert batched.read(["g1"], deadline=0.0) == {}
+    assert batched.read(["g1", "g2"], 0.0, lambda g, read: None) == set() and batched.client is None
+    assert batched.read(["g1"], 0.0, lambda g, read: None) == set()
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["committed offsets: one OffsetFetch a group, as kafka.client.ssl.keystore.location has no "
                      "kafka-python equivalent"]  # said once

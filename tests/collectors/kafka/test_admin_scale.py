@@ -134,20 +134,6 @@ def test_quiet_group_is_read_again_only_after_quiet_groups_interval(topics):
         assert c.fetch()["consumer_groups"][group]["lag"][keep] == {"sum": 11, "max": 4}
 
 
-def test_committed_cache_reads_moving_and_active_groups_every_fetch():
-    cache = kafka_admin.CommittedCache(300.0)
-    for offset in (0, 1, 2):  # an Empty group committing from outside (assign mode): read each time
-        assert cache.due("flink", "EMPTY")
-        cache.put("flink", "EMPTY", [("t", 0, offset)])
-    cache.put("flink", "EMPTY", [("t", 0, 2)])
-    assert not cache.due("flink", "EMPTY")  # the same twice: quiet
-    assert cache.due("flink", "STABLE")  # a member joined: read every fetch
-    cache.put("never", "EMPTY", [])  # never committed: nothing read
-    assert cache.get("never") == {} and cache.get("flink") == {"t": [(0, 2)]}
-    cache.keep(["never"])
-    assert cache.get("flink") == {} and cache.due("flink", "EMPTY")
-
-
 def test_lag_per_topic_sums_and_tops_partitions_with_a_known_end():
     committed = {"a": [(0, 5), (1, 9), (2, 3)], "b": [(0, 1)], "c": [(0, 0)]}
     ends = {"a": {0: 8, 1: 7, 2: None}, "b": {0: None}}  # a's 1 ahead of its end (a reset log): 0, not negative
