@@ -200,7 +200,7 @@ class App:
             accept = next((v for k, v in scope["headers"] if k == b"accept-encoding"), b"")
             ctype = (b"content-type", b"text/plain; version=0.0.4; charset=utf-8")
             if b"gzip" in accept:
-                return 200, [ctype, (b"content-encoding", b"gzip")], self.published.metrics_gzip
+                return 200, [ctype, (b"content-encoding", b"gzip")], self.published.metrics_gzip()
             return 200, [ctype], self.published.metrics
         if path == "/api/diagnoses":
             return 200, [(b"content-type", b"application/json")], self.published.diagnoses
