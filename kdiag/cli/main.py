@@ -18,7 +18,7 @@ from kdiag.collectors import Collector
 from kdiag.core.finite import dumps
 from kdiag import __version__
 from kdiag.alerting import rules as alerts
-from kdiag.core import logsafe
+from kdiag.core import logsafe, malloc
 from kdiag.config.settings import Config, ConfigError, load_config
 from kdiag.core.errors import KdiagError
 from kdiag.core.outfile import write_output
@@ -108,6 +108,7 @@ def _run_config(args: argparse.Namespace) -> Config:
 def cmd_run(args: argparse.Namespace) -> int:
     # Until the daemon can reload, a SIGHUP (systemctl reload right after start) must not kill it.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    malloc.limit_arenas()  # before any thread starts
     config = _run_config(args)
     from kdiag.app.build import build
     from kdiag.app.daemon import Daemon

@@ -50,6 +50,6 @@ class LabelPool:
         for s in samples:
             labels = self._pool.get(s.labels, s.labels)
             pool[labels] = labels
-            out.append(s if labels is s.labels else s._replace(labels=labels))
+            out.append(s if labels is s.labels else Sample(s.name, labels, s.value, s.kind))
         self._pool = pool
         return out

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from kdiag.core import logsafe
+from kdiag.core import logsafe, malloc
 from kdiag.core.errors import KdiagError
 
 log = logging.getLogger(__name__)
@@ -195,6 +195,7 @@ def _read_answer(stream: IO[bytes], deadline: float) -> tuple[float, dict[str, A
 def serve(start: Callable[[dict[str, Any]], Callable[[dict[str, Any]], dict[str, Any]]]) -> None:
     """The child's loop: read the settings line, handle = start(settings), then answer each request line with handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # kdiag decides when the child stops
+    malloc.limit_arenas()  # before librdkafka's threads start
     logsafe.configure(logging.INFO)
     # Answers go to a private copy of stdout; anything a library prints lands on stderr, never in an answer.
     out = os.fdopen(os.dup(1), "wb")

@@ -8,6 +8,8 @@ partition share. A topic whose partition count changed, or that nobody wrote, gi
 
 from __future__ import annotations
 
+from array import array
+
 from kdiag.core.sample import Sample
 from kdiag.families.kafka import KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND, KAFKA_TOPIC_PARTITION_TOP_SHARE
 from kdiag.kafka.state import Topic
@@ -15,20 +17,24 @@ from kdiag.kafka.state import Topic
 FAMILIES = (KAFKA_TOPIC_BROKER_MESSAGES_PER_SECOND, KAFKA_TOPIC_PARTITION_TOP_SHARE)
 
 
+UNKNOWN = -1  # a partition's end not read (no leader)
+
+
 class PartitionRates:
     """Each topic's partition log ends at the last fetch, and the per-topic values of the moves since."""
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[float, list[int | None]]] = {}
+        # In arrays, not lists of the state's ints: those would keep the memory of every fetch's state in use.
+        self._last: dict[str, tuple[float, array[int]]] = {}
 
     def samples(self, now: float, topics: dict[str, Topic]) -> list[Sample]:
         """Messages per second per (topic, leading broker) and the top partition share of every topic written since
         the last call; remembers these ends for the next."""
         out = []
-        last: dict[str, tuple[float, list[int | None]]] = {}
+        last: dict[str, tuple[float, array[int]]] = {}
         for name, topic in topics.items():
             parts = topic["partitions"]
-            ends = [p["log_end_offset"] for p in parts]
+            ends = array("q", [UNKNOWN if (end := p["log_end_offset"]) is None else end for p in parts])
             last[name] = (now, ends)
             before = self._last.get(name)
             if before is None or len(before[1]) != len(ends) or now <= before[0]:
@@ -36,7 +42,7 @@ class PartitionRates:
             per_broker: dict[int, int] = {}
             total = top = 0
             for p, end, was in zip(parts, ends, before[1], strict=True):
-                if end is None or was is None or end <= was:  # unknown, idle, or the topic made again
+                if end == UNKNOWN or was == UNKNOWN or end <= was:  # unknown, idle, or the topic made again
                     continue
                 moved = end - was
                 total += moved
