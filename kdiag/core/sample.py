@@ -44,12 +44,13 @@ class LabelPool:
         self._pool: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
 
     def shared(self, samples: list[Sample]) -> list[Sample]:
-        """The samples, each with the labels object of the last batch's equal series when there was one."""
+        """The samples, each given the labels object of the last batch's equal series when there was one (in place:
+        each sample replaced goes at once, not after the whole batch is made twice)."""
         pool: dict[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = {}
-        out = []
-        for s in samples:
+        for i, s in enumerate(samples):
             labels = self._pool.get(s.labels, s.labels)
             pool[labels] = labels
-            out.append(s if labels is s.labels else Sample(s.name, labels, s.value, s.kind))
+            if labels is not s.labels:
+                samples[i] = Sample(s.name, labels, s.value, s.kind)
         self._pool = pool
-        return out
+        return samples

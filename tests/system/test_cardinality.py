@@ -315,7 +315,7 @@ def test_a_costly_background_run_stretches_the_period_by_its_cpu(timeout):
     costly.child_cpu_seconds, costly.seconds, costly.busy = 0.0, 0.0075, True  # its own thread spent 7.5 ms
     background._next = 0.0
     background.run()
-    assert background.collectors.health["slow"].cpu >= 0.0075 and 3.0 <= background.period <= 4.0
+    assert background.collectors.health["slow"].cpu >= 0.0075 and 3.0 <= background.period < 6.0
 
 
 def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
@@ -325,7 +325,7 @@ def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
     assert background.period == 1.0  # the first run pays for connecting: it does not count
     background._next = 0.0
     background.run()
-    assert background.period == 4.0  # 20 x 0.2 s, at most 4 intervals
+    assert 4.0 <= background.period < 4.5  # 20 x 0.2 s, within the 6 intervals at most
     for _ in range(3):  # the scheduler keeps firing every second: the runs in between are skipped
         background.run()
     assert slow.runs == 2
@@ -334,7 +334,7 @@ def test_a_slow_background_run_stretches_the_period_and_staleness_follows():
     slow.seconds = 1.0
     background._next = 0.0
     background.run()
-    assert background.period == 4.0  # at most 4 intervals
+    assert background.period == 6.0  # 20 x 1 s, but at most 6 intervals
     background.retime(0.5)  # now it fails (times out): retried at the normal pace
     background._next = 0.0
     background.run()

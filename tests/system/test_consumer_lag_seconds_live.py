@@ -115,14 +115,14 @@ def test_lag_seconds_match_the_known_lag(kafka_lab: dict, tmp_path: Path) -> Non
         # Committed before kdiag starts: its history never holds that end, the record's timestamp answers.
         early_offsets = commit_at_the_end(bootstrap, early, topic)
         address = stack.kdiag_live("--bootstrap-servers", bootstrap, "--config", str(kdiag_config(tmp_path, tag)))
-        # A loaded CI box and a shared lab with many topics stretch the admin fetches (up to 4 x kafka.interval).
-        wait_until(lambda: early in lag_seconds(address, topic), 240, f"lag seconds of {early}", stack.logs)
+        # A loaded CI box and a shared lab with many topics stretch the admin fetches (up to 6 x kafka.interval).
+        wait_until(lambda: early in lag_seconds(address, topic), 360, f"lag seconds of {early}", stack.logs)
         # Committed once kdiag's history of the topic's end has begun (the early group's value needed two fetches).
         late_offsets = commit_at_the_end(bootstrap, late, topic)
         late_at = wait_until(lambda: producer.written_at(late_offsets), 30, "the records at the late commit acked")
         early_at = producer.written_at(early_offsets)
         assert early_at is not None
-        wait_until(lambda: time.time() - late_at >= TRUE_LAG and late in lag_seconds(address, topic), 240,
+        wait_until(lambda: time.time() - late_at >= TRUE_LAG and late in lag_seconds(address, topic), 360,
                    f"{TRUE_LAG:g} s of lag for {late}", stack.logs)
         # Values hold at the admin fetch, seconds before the scrape (kafka.interval, stretched while fetches are slow).
         served, fetched = scrape(address, topic)
