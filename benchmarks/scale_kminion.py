@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=20)
     p.add_argument("--keep", action="store_true", help="leave the topics and groups on the cluster")
     p.add_argument("--kdiag-only", action="store_true", help="kdiag's two committed-offsets modes, no KMinion")
+    p.add_argument("--committed-offsets", nargs="+", default=["offset_fetch", "offsets_topic"],
+                   choices=["offset_fetch", "offsets_topic"], help="kdiag's modes to run (default: both)")
     p.add_argument("--probe", action="store_true",
                    help="keep kdiag's synthetic probe on (off by default: KMinion's end-to-end probe is off too, and "
                         "each adds its own produce and fetch traffic)")
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             r0, t0 = request_counts(readers), time.monotonic()
             time.sleep(args.window)
             baseline = rates(r0, request_counts(readers), time.monotonic() - t0, {})
-            for source in ("offset_fetch", "offsets_topic"):
+            for source in args.committed_offsets:
                 progress(f"kdiag, committed_offsets {source}")
                 kdiag_config = {**config, "kafka": {**config["kafka"], "committed_offsets": source}}
                 r = run_window(kdiag_config, args.window, args.warmup, 5.0, lambda: request_counts(readers))

@@ -64,10 +64,11 @@ class History:
         self._batches = batches
         self._fresh = fresh
         # A fetch's samples come fresh once, then carried: only a series in neither before, or in neither now, moved.
-        moved = fresh.symmetric_difference(before[0])
-        if self._carried is not before[1]:
-            moved |= self._carried.symmetric_difference(before[1])
-        changed = {key[0] for key in moved if (key in before[0] or key in before[1]) != (key in fresh or key in self._carried)}
+        # Set operations in C, not a test per key: a fetch moves 66,000 keys between fresh and carried twice.
+        if self._carried is before[1]:
+            changed = {key[0] for key in fresh.symmetric_difference(before[0]) if key not in self._carried}
+        else:
+            changed = {key[0] for key in (before[0] | before[1]).symmetric_difference(fresh | self._carried)}
         for key in self._gone & self._carried:
             if key not in points:
                 self._append(t, key, next(keys[key] for _, keys in batches if key in keys), appended)
