@@ -218,7 +218,7 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
         fetched = sorted(ids, key=lambda g: (states[g] == "EMPTY", g))[:FALLBACK_GROUPS]
         committed.keep(fetched)
     due = [g for g in fetched if committed.due(g, states[g])]
-    batched = batch.read(due, deadline, lambda g, read: committed.put(g, states[g], read)) if batch else set()
+    batched = batch.read(due, deadline, lambda g, read: committed.put(g, states[g], read)) if batch is not None else set()
     for g in due:
         if g not in batched:
             offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
