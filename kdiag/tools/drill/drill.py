@@ -134,7 +134,8 @@ class Runner:
                         self.progress(f"drill {d.name}: {d.summary}")
                     self._run_wave(wave, wave_results)
                     for r in wave_results:
-                        self.progress(f"drill {r.name}: {'passed' if r.passed else 'FAILED'}")
+                        self.progress(f"drill {r.name}: passed" if r.passed else
+                                      f"drill {r.name}: FAILED ({'; '.join(r.notes())})")
                     if self.interrupted:
                         raise Interrupted
             except Interrupted:

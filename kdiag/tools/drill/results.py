@@ -62,6 +62,14 @@ class DrillResult:
         return (self.detected and self.reverted and not self.false_attributions and not self.failed_checks
                 and not self.error)
 
+    def notes(self) -> list[str]:
+        """What went wrong, and where a replayed drill's recording is."""
+        notes = [f"false attributions: {', '.join(self.false_attributions)}"] if self.false_attributions else []
+        notes += [f"checks failed: {'; '.join(self.failed_checks)}"] if self.failed_checks else []
+        notes += [self.error] if self.error else []
+        notes += [] if self.detected or self.error else [f"{', '.join(self.expected)} did not fire"]
+        return notes + ([f"replayed {self.replayed}"] if self.replayed else [])
+
     def to_json(self) -> dict[str, Any]:
         """One drill in `kdiag drill run --json`."""
         keys = ("name", "expected", "detected", "seconds_to_pending", "seconds_to_firing", "seconds_to_alert",
@@ -129,10 +137,7 @@ def table(results: list[DrillResult]) -> str:
              f"{'reverted':8} result"]
     for r in results:
         verdict = "ok" if r.passed else "FAILED"
-        notes = [f"false attributions: {', '.join(r.false_attributions)}"] if r.false_attributions else []
-        notes += [f"checks failed: {'; '.join(r.failed_checks)}"] if r.failed_checks else []
-        notes += [r.error] if r.error else []
-        notes += [f"replayed {r.replayed}"] if r.replayed else []
+        notes = r.notes()
         lines.append(f"{r.name:22} {','.join(r.expected):34} {'yes' if r.detected else 'no':8} "
                      f"{num(r.seconds_to_pending):>7} {num(r.seconds_to_firing):>7} {num(r.seconds_to_resolved):>8} "
                      f"{'yes' if r.reverted else 'no':8} {verdict}" + (f"  ({'; '.join(notes)})" if notes else ""))

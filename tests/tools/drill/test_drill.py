@@ -108,7 +108,7 @@ def test_a_result_passes_only_detected_reverted_and_without_false_attributions()
     assert keys <= set(ok.to_json())
     text = table([ok, DrillResult("e", ["r"], reverted=True, false_attributions=["x (y)"])])
     assert re.search(r"^d +r +yes .* 3\.0 .* yes +ok$", text, re.M)
-    assert re.search(r"^e +r +no .*FAILED +\(false attributions: x \(y\)\)$", text, re.M)
+    assert re.search(r"^e +r +no .*FAILED +\(false attributions: x \(y\); r did not fire\)$", text, re.M)
 
 
 def test_drills_refuse_a_cluster_too_small_or_not_the_lab():
