@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from kdiag.collectors import Collector
+from kdiag.core import malloc
 from kdiag.core.root import Root
 from kdiag.core.sample import Sample
 from kdiag.runtime.pipeline import CollectorSet, Health
@@ -27,8 +28,10 @@ T = TypeVar("T")
 class Background:
     """Collectors on their own schedule (AdminClient, JMX): each cycle merges their last good samples."""
 
-    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False):
+    def __init__(self, collectors: list[Collector], root: Root, every: float, timeout: float, adaptive: bool = False,
+                 trims: bool = False):
         self.collectors = CollectorSet(collectors)
+        self.trims = trims  # give the heap's free pages back after each run (a fetch of tens of MB)
         self.timeout = timeout
         self.root = root
         self.every = every
@@ -66,6 +69,9 @@ class Background:
         self._next = start + self.period - min(1.0, self.every / 2)
         with self._lock:
             self._samples, self._at = samples, time.monotonic()
+        if self.trims:
+            del samples  # the last run's samples, and what made them, are free now
+            malloc.trim()
 
     def slow_down(self, factor: float) -> None:
         """Run at most every factor x every from the next run on (1: the usual pace); a factor lower than before runs

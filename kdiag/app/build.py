@@ -63,7 +63,8 @@ def build(config: Config, recording: Recording | None = None) -> Services:
         every = {"admin": config.kafka.interval, "jmx": config.interval}
         live = kafka_collectors(config)
         for source, collector in live.items():
-            jobs[source] = Background([collector], root, every[source], kafka_deadline(config), adaptive=source == "admin")
+            jobs[source] = Background([collector], root, every[source], kafka_deadline(config), adaptive=source == "admin",
+                                      trims=source == "admin")
         background += jobs.values()
     host = recording.host if recording else socket.gethostname()
     kafka = config.kafka

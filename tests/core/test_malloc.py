@@ -43,3 +43,30 @@ print(arenas)
     counts = {mode: int(subprocess.run([sys.executable, "-c", program, mode], capture_output=True, text=True,
                                        check=True).stdout) for mode in ("capped", "free")}
     assert counts["capped"] <= 1 < counts["free"]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_trim_gives_back_the_free_heap_under_a_live_block():
+    # 200 MB in 64 KB blocks (below the mmap threshold: on the heap), one block allocated after them kept: free()
+    # cannot shrink the heap past it, malloc_trim gives the free pages back all the same.
+    program = r"""
+import ctypes
+from kdiag.core import malloc
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+def rss():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:")) // 1024
+blocks = [libc.malloc(64 << 10) for _ in range(3200)]
+for b in blocks:
+    ctypes.memset(b, 1, 64 << 10)
+pin = libc.malloc(64 << 10)
+for b in blocks:
+    libc.free(ctypes.c_void_p(b))
+before = rss()
+trimmed = malloc.trim()
+print(before, rss(), int(trimmed))
+"""
+    before, after, trimmed = map(int, subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                                                     check=True).stdout.split())
+    assert trimmed and before - after > 150, (before, after)
