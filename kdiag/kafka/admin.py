@@ -30,6 +30,7 @@ OFFSETS_BATCH = 500
 # Groups whose offsets OffsetFetch reads per fetch while the __consumer_offsets reader catches up: about what one
 # fetch of the offset_fetch mode reads in a few seconds (1,000 groups at 1.3% of a core).
 FALLBACK_GROUPS = 500
+FALLBACK_SECONDS = 1.0  # time a fetch must have left for a request a group after a batched read was cut short
 TOPIC_CONFIGS = (
     "flush.messages",
     "flush.ms",
@@ -219,10 +220,16 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
         committed.keep(fetched)
     due = [g for g in fetched if committed.due(g, states[g])]
     batched = batch.read(due, deadline, lambda g, read: committed.put(g, states[g], read)) if batch is not None else set()
-    for g in due:
-        if g not in batched:
-            offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
-                                                             request_timeout=_left(deadline)))
+    rest = [g for g in due if g not in batched]
+    if batch is not None and batch.usable and rest:
+        # A batched read cut short (the deadline, a coordinator gone) leaves its groups to the next fetch but a few:
+        # a request each for thousands would not fit either (a first fetch at 10,000 groups), and librdkafka's
+        # per-group calls crashed the process on the answers of a cluster that busy.
+        rest = sorted(rest, key=lambda g: (states[g] == "EMPTY", g))[:FALLBACK_GROUPS] \
+            if deadline - time.monotonic() > FALLBACK_SECONDS else []
+    for g in rest:
+        offsets.update(admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
+                                                         request_timeout=_left(deadline)))
     descriptions = _results(described, deadline)
     for g, answer in _results(offsets, deadline).items():
         # A partition the group never committed reports offset -1001 (OFFSET_INVALID).

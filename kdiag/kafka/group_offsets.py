@@ -69,6 +69,11 @@ class BatchedOffsets:
         self._checked = False
         self._warned = ""
 
+    @property
+    def usable(self) -> bool:
+        """Whether batched reads can be had here (a failed one is retried at the next fetch)."""
+        return self.client is not None
+
     def read(self, groups: list[str], deadline: float, put: Put) -> set[str]:
         """Give `put` the committed offsets of each group a batched read answered, as it is read; the groups answered
         (none when no batched read could be had; those answered before a failure when one failed)."""
@@ -91,8 +96,8 @@ class BatchedOffsets:
         except Exception as e:  # any failure of kafka-python's: the groups are read the old way
             client.close()
             if (reason := self.settings.redact(f"{type(e).__name__}: {e}")) != self._warned:
-                log.warning("committed offsets by batched OffsetFetch failed, read a group a request meanwhile: %s",
-                            reason)
+                log.warning("committed offsets by batched OffsetFetch failed, the groups it did not read are read "
+                            "at the next fetch (a few with a request each meanwhile): %s", reason)
             self._warned = reason
             return answered
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.waiting import wait_until
 
+from kdiag.kafka.admin import FALLBACK_GROUPS
 from kdiag.kafka.admin_worker import AdminSession
 from kdiag.kafka.client import ClientSettings
 from kdiag.kafka.group_offsets import BATCH_GROUPS, BatchedOffsets, GroupOffsetsClient, batch_settings
@@ -150,6 +151,32 @@ def test_the_admin_state_reads_the_groups_the_batch_left_out_a_group_a_request(c
     lag = MESSAGES * PARTITIONS
     for i, g in enumerate(committed["groups"]):
         assert groups[g]["lag"] == {committed["topic"]: {"sum": lag - PARTITIONS * (i % 7), "max": MESSAGES - i % 7}}
+
+
+def test_a_batch_cut_short_leaves_most_groups_to_the_next_fetch_and_reads_a_few_a_group_a_request(committed, kafka_lab):
+    # Every group of the test told the wrong coordinator before the first fetch: the batch answers none of them.
+    finder = GroupOffsetsClient(batch_settings(ClientSettings(), committed["bootstrap"], 10.0))  # type: ignore[arg-type]
+    try:
+        client_fetch(finder, committed["groups"], time.monotonic() + 60)
+        real = dict(finder._coordinators)
+    finally:
+        finder.close()
+    brokers = sorted(int(b) for b in kafka_lab["pids"])
+    session = AdminSession(committed["bootstrap"], 30.0, ClientSettings())
+    try:
+        assert session.batch.client is not None
+        session.batch.client._coordinators.update(
+            {g: next(b for b in brokers if b != real[g]) for g in committed["groups"]})
+        first = session.fetch()["consumer_groups"]
+        second = session.fetch()["consumer_groups"]
+    finally:
+        session.close()
+    read_first = [g for g in sorted(committed["groups"]) if first[g]["lag"]]
+    # Those with members first, then by id: the test's groups are all Empty.
+    assert 0 < len(read_first) <= FALLBACK_GROUPS and read_first == sorted(committed["groups"])[:len(read_first)]
+    lag = MESSAGES * PARTITIONS
+    for i, g in enumerate(committed["groups"]):
+        assert second[g]["lag"] == {committed["topic"]: {"sum": lag - PARTITIONS * (i % 7), "max": MESSAGES - i % 7}}
 
 
 def test_scram_over_tls_reads_through_the_translated_settings(secure_lab):
