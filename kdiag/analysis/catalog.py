@@ -36,6 +36,7 @@ MAX_FOR = 86400.0
 # `it` is the subject a rule runs for; `host` and `cluster` are always there for cross-references.
 GLOBAL_SUBJECTS = ("host", "cluster")
 REFERENCE = re.compile(r"\b([A-Za-z_]\w*)\s*\.\s*([A-Za-z_]\w*)")
+BARE_IT = re.compile(r"(?<![\w.])it\b")
 STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 TEMPLATE_FIELD = re.compile(r"\{(\w+)\.(\w+)(:[^}]*)?\}")
 
@@ -97,6 +98,8 @@ class Rule:
     # in Diagnosis.evidence, and -1 when the smallest value is the worst; "" ranks by subject name alone.
     rank_by: str = ""
     rank_sign: float = 1.0
+    # The subject's signals the condition reads (`it.name`), None when it reads `it` whole (size(it), it["name"]).
+    it_reads: frozenset[str] | None = None
 
 
 def default_scope(each: str) -> str:
@@ -108,6 +111,13 @@ def references(expression: str) -> list[tuple[str, str, int]]:
     """(subject, signal, offset) of every `name.field` in a CEL expression, string literals ignored."""
     blanked = STRING_LITERAL.sub(lambda m: " " * len(m.group(0)), expression)
     return [(m.group(1), m.group(2), m.start()) for m in REFERENCE.finditer(blanked)]
+
+
+def subject_reads(expression: str) -> frozenset[str] | None:
+    """The `it` signals a CEL expression reads, or None when it uses `it` other than as `it.name`."""
+    blanked = STRING_LITERAL.sub(lambda m: " " * len(m.group(0)), expression)
+    fields = [m.group(2) for m in REFERENCE.finditer(blanked) if m.group(1) == "it"]
+    return frozenset(fields) if len(BARE_IT.findall(blanked)) == len(fields) else None
 
 
 def check_reference(each: str, var: str, name: str) -> str | None:
@@ -215,7 +225,7 @@ class _Loader:
                     source=data["source"], for_seconds=for_seconds, evidence=evidence,
                     explains=data.get("explains") or [], file=str(self.path),
                     line=node.start_mark.line + 1, scope=data.get("scope") or default_scope(data["each"]),
-                    absent_on_purpose=absent, rank_by=rank_by, rank_sign=rank_sign)
+                    absent_on_purpose=absent, rank_by=rank_by, rank_sign=rank_sign, it_reads=subject_reads(data["when"]))
 
     def check_types(self, data: dict[str, Any], nodes: dict[str, yaml.Node], rid: str) -> None:
         """Text where text is expected, lists of text for evidence and explains, a bounded condition."""

@@ -113,6 +113,13 @@ class Engine:
         # The global subjects each kind's conditions read: a subject whose inputs did not change holds the same rules.
         self._reads = {each: sorted({v for r in rules for v in r.program.variables()} & set(GLOBAL_SUBJECTS))
                        for each, rules in self._by_subject.items()}
+        # Rules reading a global subject: when only the globals moved, a subject whose signals did not is judged again
+        # by these alone (1,000 topics a cycle while the cluster's JMX moves, and two of the topic rules read it).
+        self._on_globals = {r.id for r in rules if set(r.program.variables()) & set(GLOBAL_SUBJECTS)}
+        # The signals a kind's conditions read: CEL is handed those, not the subject's every signal.
+        self._fields = {each: None if any(r.it_reads is None for r in rules) else
+                        frozenset().union(*(r.it_reads or () for r in rules))
+                        for each, rules in self._by_subject.items()}
         self._held: dict[str, _KindHeld] = {}
 
     def evaluate(self, last: EngineState, t: float, signals: dict[str, dict[str, Signals]]) -> EngineState:
@@ -131,14 +138,18 @@ class Engine:
             # A kind whose signals are the same object (kdiag.analysis.subject_kinds.SignalCache) and globals the same holds
             # the same rules: Kafka's thousands of topics and groups are not even walked between fetches.
             if kind is None or kind.signals is not subjects or kind.reads != reads:
-                before = kind.by_subject if kind and kind.reads == reads else {}
+                before = kind.by_subject if kind else {}
+                same_globals = kind is not None and kind.reads == reads
                 held = {}
                 for sid, subject in subjects.items():
                     old = before.get(sid)
+                    applied = rules if self._local(each, sid) else self._foreign_rules[each]
                     # An idle topic or group keeps its signals from fetch to fetch: CEL runs only on change.
-                    held[sid] = old if old and (old[0] is subject or old[0] == subject) else (
-                        subject, self._evaluate(rules if self._local(each, sid) else self._foreign_rules[each],
-                                                context, subject))
+                    if old and (old[0] is subject or old[0] == subject):
+                        held[sid] = old if same_globals else (subject, self._evaluate(
+                            applied, context, subject, each, [r for r in old[1] if r.id not in self._on_globals]))
+                    else:
+                        held[sid] = (subject, self._evaluate(applied, context, subject, each))
                 kind = _KindHeld(subjects, reads, held, [(subject, rules) for subject, rules in held.values() if rules])
             held_now[each] = kind
             for subject, held_rules in kind.holding:
@@ -154,9 +165,15 @@ class Engine:
         """Whether host-scope rules apply to this subject: any but another host's broker."""
         return each != "broker" or self.local_brokers is None or sid in self.local_brokers
 
-    def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals) -> list[Rule]:
-        _put(context, {"it": subject})
-        return [rule for rule in rules if self._holds(rule, context)]
+    def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals, each: str,
+                  kept: list[Rule] | None = None) -> list[Rule]:
+        """The rules holding for subject; with `kept` (those that held and read no global), only the others are run."""
+        fields = self._fields[each]
+        _put(context, {"it": subject if fields is None else {k: v for k, v in subject.items() if k in fields}})
+        if kept is None:
+            return [rule for rule in rules if self._holds(rule, context)]
+        ids = {r.id for r in kept}
+        return [rule for rule in rules if rule.id in ids or rule.id in self._on_globals and self._holds(rule, context)]
 
     def _hold(self, was: Diagnosis | None, rule: Rule, subject: Signals, scope: dict[str, Signals],
               t: float) -> Diagnosis:

@@ -428,3 +428,42 @@ def test_undecodable_subject_names_are_evaluated_not_fatal(tmp_path):
     active = Engine(rules).evaluate(EngineState(), 0, data).current()
     assert [(d.rule.id, d.subject) for d in active] == [("busy_nic", "eth0"), ("busy_nic", odd), ("slow", "host\udcff")]
     assert active[1].summary.startswith(odd)
+
+
+GLOBAL_AND_PLAIN = """\
+- id: plain
+  kind: cause
+  severity: warning
+  each: nic
+  when: it.rx_packets_per_second > 1000.0
+  summary: plain
+  remediation: none
+  source: tests
+- id: on_host
+  kind: cause
+  severity: warning
+  each: nic
+  when: has(it.rx_avg_packet_bytes) && host.cpu_count > 2.0
+  summary: on host
+  remediation: none
+  source: tests
+"""
+
+
+def test_a_subject_whose_signals_held_still_is_judged_again_when_the_globals_it_reads_move(tmp_path):
+    engine = Engine(rules_from(tmp_path, GLOBAL_AND_PLAIN))
+    nics = signals({"eth0": 5000.0})["nic"]
+    judged = engine.evaluate(EngineState(), 0, {**signals({}, cpus=4.0), "nic": nics})
+    assert {d.rule.id for d in judged.current()} == {"plain", "on_host"}
+    # The same nic signals (the same object, as SignalCache hands on an unchanged kind), the host's moved.
+    judged = engine.evaluate(judged, 5, {**signals({}, cpus=1.0), "nic": nics})
+    assert {d.rule.id for d in judged.current()} == {"plain"}
+    judged = engine.evaluate(judged, 10, {**signals({}, cpus=8.0), "nic": nics})
+    assert [(d.rule.id, d.since) for d in judged.current()] == [("on_host", 10), ("plain", 0)]
+
+
+def test_a_rule_reading_the_subject_whole_gets_every_signal(tmp_path):
+    whole = GLOBAL_AND_PLAIN.replace("it.rx_packets_per_second > 1000.0", "size(it) == 3")
+    engine = Engine(rules_from(tmp_path, whole))
+    judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5.0}, cpus=1.0))
+    assert [d.rule.id for d in judged.current()] == ["plain"]
