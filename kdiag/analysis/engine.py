@@ -173,7 +173,7 @@ class Engine:
         if kept is None:
             return [rule for rule in rules if self._holds(rule, context)]
         ids = {r.id for r in kept}
-        return [rule for rule in rules if rule.id in ids or rule.id in self._on_globals and self._holds(rule, context)]
+        return [rule for rule in rules if rule.id in ids or (rule.id in self._on_globals and self._holds(rule, context))]
 
     def _hold(self, was: Diagnosis | None, rule: Rule, subject: Signals, scope: dict[str, Signals],
               t: float) -> Diagnosis:
