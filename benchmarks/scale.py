@@ -152,6 +152,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def command(pid: int) -> str:
+    """What a process runs, shortly: the module of `python -m MODULE`, else its executable's name."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return str(pid)
+    if "-m" in args[:-1]:
+        return " ".join(args[args.index("-m") + 1:args.index("-m") + 3])
+    return Path(args[0]).name
+
+
 def children(pid: int) -> list[int]:
     """Direct children of pid (kdiag's JmxTool JVMs and AdminClient process)."""
     out = []
@@ -271,21 +282,26 @@ def run_window(config: dict, window: float, warmup: float, interval: float,
             time.sleep(warmup)
             pids = [proc.pid, *children(proc.pid)]
             counted = counts() if counts else None
-            cpu0, t0 = sum(map(cpu_seconds, pids)), time.monotonic()
+            cpu0 = {p: cpu_seconds(p) for p in pids}
+            t0 = time.monotonic()
+            peaks = dict.fromkeys(pids, 0.0)
             scrapes, rss, body, cycles, admin, durations = [], [], b"", set(), set(), {}
             failed = 0  # scrapes whose admin fetch had failed
             while time.monotonic() - t0 < window:
                 took, body = scrape(conn)
                 scrapes.append(took)
                 rss.append(rss_mb(proc.pid))
+                peaks.update({p: max(peaks[p], rss_mb(p)) for p in pids})
                 cycles.add(metric(body, "kdiag_last_cycle_timestamp_seconds"))
                 at = metric(body, 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}')
                 admin.add(at)
                 durations[at] = metric(body, 'kdiag_collector_duration_seconds{collector="kafka_admin"}')
                 failed += metric(body, 'kdiag_collector_success{collector="kafka_admin"}') == 0
                 time.sleep(max(0.0, interval - took))
-            cpu = sum(map(cpu_seconds, pids)) - cpu0
             elapsed = time.monotonic() - t0
+            # Per process: its command (kdiag, the AdminClient process, JmxTool ...), CPU share and largest RSS.
+            processes = [(command(p), (cpu_seconds(p) - cpu0[p]) / elapsed, peaks[p]) for p in pids]
+            cpu = sum(cpu_seconds(p) - cpu0[p] for p in pids)
             counted = (counted, counts(), elapsed) if counts else None
             children_rss = sum(rss_mb(p) for p in pids[1:])
         finally:
@@ -299,6 +315,7 @@ def run_window(config: dict, window: float, warmup: float, interval: float,
     late = [(t - first + CYCLE / 2) % CYCLE - CYCLE / 2 for t in cycles]
     admin_times = sorted(t for t in admin if t > 0)
     return {"cpu_share": cpu / elapsed, "rss": max(rss), "children_rss": children_rss, "children": len(pids) - 1,
+            "processes": processes,
             "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
             if len(admin_times) > 1 else math.nan,
             "scrape_p99": percentile(scrapes, 99), "series": len(lines), "failed_scrapes": failed,
