@@ -4,6 +4,7 @@ with multipath, bonds and an interface that went away."""
 from __future__ import annotations
 
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -55,14 +56,23 @@ def recording(tmp_path_factory, request) -> Path:
                   collectors(), fixture_root(clock), progress=lambda m: None, sleep=clock.sleep)
 
 
-def test_slaves_are_kept_as_links_inside_the_recording(recording):
+def links(recording: Path) -> dict[str, str]:
+    """Every symbolic link of the recording's first snapshot, by its path inside it, and where it points."""
     if recording.is_file():
-        pytest.skip("the directory form shows the links")
-    slaves = recording / "0000" / "sys" / "devices" / "virtual" / "block" / "md0" / "slaves"
-    assert sorted(p.name for p in slaves.iterdir()) == ["nvme0n1p1", "nvme1n1p1"]
-    for link in slaves.iterdir():
-        assert link.is_symlink() and os.readlink(link) == os.readlink(HOST / "sys/block/md0/slaves" / link.name)
-    assert os.readlink(recording / "0000/sys/block/dm-1") == "../devices/virtual/block/dm-1"
+        with tarfile.open(recording) as archive:
+            return {m.name.split("/", 2)[2]: m.linkname for m in archive.getmembers()
+                    if m.issym() and m.name.split("/")[1] == "0000"}
+    return {str(p.relative_to(recording / "0000")): os.readlink(p)
+            for p in (recording / "0000").rglob("*") if p.is_symlink()}
+
+
+def test_slaves_are_kept_as_links_inside_the_recording(recording):
+    kept = links(recording)
+    slaves = "sys/devices/virtual/block/md0/slaves"
+    assert sorted(k.rpartition("/")[2] for k in kept if k.startswith(slaves + "/")) == ["nvme0n1p1", "nvme1n1p1"]
+    for name in ("nvme0n1p1", "nvme1n1p1"):
+        assert kept[f"{slaves}/{name}"] == os.readlink(HOST / "sys/block/md0/slaves" / name)
+    assert kept["sys/block/dm-1"] == "../devices/virtual/block/dm-1"
 
 
 def test_every_signal_of_the_replay_equals_the_live_one(recording):
