@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.offset_fetch_answer import FastOffsetFetch, GroupAnswer
 
 log = logging.getLogger(__name__)
 
-# Groups per OffsetFetch, and requests in flight: an answer is decoded into an object per partition, so a fetch holds
-# at most IN_FLIGHT x 200 groups' (at 100 partitions a group, 60,000 objects), not every group's at once.
+# Groups per OffsetFetch, and requests in flight: a fetch holds at most IN_FLIGHT answers (kafka-python's receive buffer
+# grows to the largest), not every group's at once.
 BATCH_GROUPS = 200
 IN_FLIGHT = 3
 FIND_GROUPS = 2000  # groups per FindCoordinator
@@ -183,20 +184,19 @@ class GroupOffsetsClient:
             if len(sent) >= IN_FLIGHT:
                 self._take(_wait(client, sent.popleft(), deadline), put, answered)
             client.await_ready(node, timeout_ms=_left_ms(deadline))
-            sent.append(client.send(node, OffsetFetchRequest(groups=[entry(group_id=g, topics=None) for g in batch],
-                                                             require_stable=False, min_version=8, max_version=8)))
+            sent.append(client.send(node, FastOffsetFetch(OffsetFetchRequest(
+                groups=[entry(group_id=g, topics=None) for g in batch], require_stable=False, min_version=8,
+                max_version=8))))
         while sent:
             self._take(_wait(client, sent.popleft(), deadline), put, answered)
 
-    def _take(self, answer: Any, put: Put, answered: set[str]) -> None:
+    def _take(self, answer: list[GroupAnswer], put: Put, answered: set[str]) -> None:
         """Hand on each group of one OffsetFetch answer; forget the coordinator of a group it moved away from."""
-        for group in answer.groups:
+        for group in answer:
             if group.error_code in COORDINATOR_ERRORS:
                 self._coordinators.pop(group.group_id, None)
             if group.error_code == 0:
-                put(group.group_id, ((topic.name, p.partition_index, p.committed_offset)
-                                     for topic in group.topics for p in topic.partitions
-                                     if p.error_code == 0 and p.committed_offset >= 0))
+                put(group.group_id, group.read)
                 answered.add(group.group_id)
 
 
