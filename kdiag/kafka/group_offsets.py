@@ -184,9 +184,8 @@ class GroupOffsetsClient:
             if len(sent) >= IN_FLIGHT:
                 self._take(_wait(client, sent.popleft(), deadline), put, answered)
             client.await_ready(node, timeout_ms=_left_ms(deadline))
-            sent.append(client.send(node, FastOffsetFetch(OffsetFetchRequest(
-                groups=[entry(group_id=g, topics=None) for g in batch], require_stable=False, min_version=8,
-                max_version=8))))
+            sent.append(client.send(node, FastOffsetFetch(OffsetFetchRequest[8](
+                groups=[entry(group_id=g, topics=None) for g in batch], require_stable=False))))
         while sent:
             self._take(_wait(client, sent.popleft(), deadline), put, answered)
 

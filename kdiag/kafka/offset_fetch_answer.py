@@ -140,18 +140,14 @@ class FastOffsetFetch:
     """An OffsetFetch v8 request (kafka-python's) whose answer arrives as decode_groups' list, not as objects."""
 
     def __init__(self, request: Any):
+        # A request of the versioned class (OffsetFetchRequest[8]): the connection leaves its API_VERSION alone.
+        if request.API_VERSION != 8:
+            raise ValueError(f"an OffsetFetch v8 request, not v{request.API_VERSION}")
         self._request = request
         self.header: _Header | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._request, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # The connection sets API_VERSION on the request it sends; the header and encoding read it from the request.
-        if name in ("_request", "header"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self._request, name, value)
 
     def __str__(self) -> str:
         return str(self._request)

@@ -71,6 +71,12 @@ def test_an_answer_cut_anywhere_is_refused_with_a_value_error():
             decode_groups(data[:end])
 
 
+def test_only_a_v8_request_is_wrapped():
+    entry = OffsetFetchRequest.OffsetFetchRequestGroup
+    with pytest.raises(ValueError, match="v8"):
+        FastOffsetFetch(OffsetFetchRequest[7](groups=[entry(group_id="g", topics=None)], require_stable=False))
+
+
 def test_a_varint_past_five_bytes_is_refused():
     with pytest.raises(ValueError, match="varint"):
         decode_groups(b"\x00\x00\x00\x00" + b"\xff" * 6 + b"\x01")
@@ -79,9 +85,8 @@ def test_a_varint_past_five_bytes_is_refused():
 def test_kafka_pythons_parser_hands_the_reader_the_answer_of_the_request_that_names_it():
     parser = KafkaProtocol(client_id="kdiag")
     entry = OffsetFetchRequest.OffsetFetchRequestGroup
-    request = FastOffsetFetch(OffsetFetchRequest(groups=[entry(group_id="orders-é", topics=None)], require_stable=False,
-                                                 min_version=8, max_version=8))
-    request.API_VERSION = 8  # what the connection sets from the broker's versions
+    request = FastOffsetFetch(OffsetFetchRequest[8](groups=[entry(group_id="orders-é", topics=None)],
+                                                    require_stable=False))
     correlation = parser.send_request(request)
     sent = parser.send_bytes()
     assert struct.unpack_from(">hhi", sent, 4) == (OffsetFetchRequest.API_KEY, 8, correlation)
