@@ -126,6 +126,14 @@ def test_the_reader_polls_the_agent_and_keeps_its_error(agent: tuple[str, type[A
         reader.close()
 
 
+def row_or_error(reader: ExporterReader) -> dict[str, float] | None:
+    """The reader's latest row; its error raised while it has none, so that a wait that times out says what it was."""
+    row = reader.wait_row(time.monotonic() + 1, 10)
+    if row is None and reader.error:
+        raise ValueError(reader.error)
+    return row
+
+
 @pytest.mark.integration
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a network namespace needs root")
 def test_an_agent_on_another_network_namespaces_loopback_is_read_from_inside_it(tmp_path) -> None:
@@ -139,8 +147,7 @@ def test_an_agent_on_another_network_namespaces_loopback_is_read_from_inside_it(
     try:
         wait_until(lambda: b"http.server" in Path(f"/proc/{server.pid}/cmdline").read_bytes(), 30, "the server")
         inside = ExporterReader(f"{url}@netns:{server.pid}", 0.2, QUERIES, ATTRIBUTES, timeout=5)
-        values = wait_until(lambda: inside.wait_row(time.monotonic() + 1, 10), 30,
-                            "the agent's values from inside")
+        values = wait_until(lambda: row_or_error(inside), 30, "the agent's values from inside")
         assert values and broker_id(values) == "1" and len(values) == 120
         outside = ExporterReader(url, 0.2, QUERIES, ATTRIBUTES, timeout=2)  # this host's loopback has no such port
         wait_until(lambda: outside.error, 30, "the plain reader's error")
