@@ -109,15 +109,18 @@ def default_scope(each: str) -> str:
 
 def references(expression: str) -> list[tuple[str, str, int]]:
     """(subject, signal, offset) of every `name.field` in a CEL expression, string literals ignored."""
-    blanked = STRING_LITERAL.sub(lambda m: " " * len(m.group(0)), expression)
-    return [(m.group(1), m.group(2), m.start()) for m in REFERENCE.finditer(blanked)]
+    return [(m.group(1), m.group(2), m.start()) for m in REFERENCE.finditer(_blanked(expression))]
+
+
+def _blanked(expression: str) -> str:
+    """The expression with its string literals blanked, offsets kept."""
+    return STRING_LITERAL.sub(lambda m: " " * len(m.group(0)), expression)
 
 
 def subject_reads(expression: str) -> frozenset[str] | None:
     """The `it` signals a CEL expression reads, or None when it uses `it` other than as `it.name`."""
-    blanked = STRING_LITERAL.sub(lambda m: " " * len(m.group(0)), expression)
-    fields = [m.group(2) for m in REFERENCE.finditer(blanked) if m.group(1) == "it"]
-    return frozenset(fields) if len(BARE_IT.findall(blanked)) == len(fields) else None
+    fields = [name for var, name, _ in references(expression) if var == "it"]
+    return frozenset(fields) if len(BARE_IT.findall(_blanked(expression))) == len(fields) else None
 
 
 def check_reference(each: str, var: str, name: str) -> str | None:
