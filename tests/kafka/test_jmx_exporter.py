@@ -145,7 +145,9 @@ def test_an_agent_on_another_network_namespaces_loopback_is_read_from_inside_it(
     url = f"http://127.0.0.1:{port}/metrics"
     inside = outside = None
     try:
-        wait_until(lambda: b"http.server" in Path(f"/proc/{server.pid}/cmdline").read_bytes(), 30, "the server")
+        # unshare's own command line names http.server too: wait for the namespace, not the name
+        wait_until(lambda: os.readlink(f"/proc/{server.pid}/ns/net") != os.readlink("/proc/self/ns/net"), 30,
+                   "the server's own network namespace")
         inside = ExporterReader(f"{url}@netns:{server.pid}", 0.2, QUERIES, ATTRIBUTES, timeout=5)
         values = wait_until(lambda: row_or_error(inside), 30, "the agent's values from inside")
         assert values and broker_id(values) == "1" and len(values) == 120
