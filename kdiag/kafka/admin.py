@@ -3,8 +3,8 @@
 `fetch_admin_state` asks the cluster (a few batched requests per cycle) and returns an AdminState (kafka/state.py:
 the JSON shape recordings keep); `samples_from_admin_state` (collectors/kafka/admin_samples.py) turns it into samples.
 Recordings store it through `Root.kafka("admin", ...)`, so a replay derives exactly the samples the
-live run did. Its cost stays flat with the partition count: log end offsets come in one ListOffsets request
-per leader (a Consumer's offsets_for_times, not a Python future per partition), configs are re-read every
+live run did. Its cost stays flat with the partition count: log end offsets come in a few ListOffsets requests
+per leader (kafka/end_offsets.py, or a Consumer's offsets_for_times), configs are re-read every
 configs_interval (new topics' at once), and Empty groups are not described.
 """
 
@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any, TypedDict
 
 from kdiag.kafka.committed import Committed, CommittedCache
+from kdiag.kafka.end_offsets import EndOffsets
 from kdiag.kafka.group_offsets import BatchedOffsets
 from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.partition_lag import TopPartitions
@@ -165,23 +166,29 @@ def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> PickedConfigs:
     return {"values": {e.name: e.value for e in picked}, "sources": sources}
 
 
-def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float) -> dict[tuple[str, int], int]:
-    """Latest offset of every partition with a leader: per leader, OFFSETS_BATCH partitions per offsets_for_times call,
-    so that each call is one ListOffsets request (librdkafka splits a call by leader: mixed batches made one request
-    per broker per call, about 1,200 a fetch at 100,000 partitions on 6 brokers instead of 200)."""
+def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float,
+                     batch: BatchedOffsets | None) -> EndOffsets:
+    """Latest offset of every partition with a leader: per leader, in ListOffsets of many partitions through `batch`
+    where it can be had, else OFFSETS_BATCH partitions per offsets_for_times call, so that each call is one ListOffsets
+    (librdkafka splits a call by leader: mixed batches made one request per broker per call, about 1,200 a fetch at
+    100,000 partitions on 6 brokers instead of 200)."""
     from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
-    by_leader: dict[int, list[Any]] = {}
+    by_leader: dict[int, list[tuple[str, int]]] = {}
     for t, d in topics.items():
         for p in d["partitions"]:
             if p["leader"] >= 0:
-                by_leader.setdefault(p["leader"], []).append(TopicPartition(t, p["partition"], OFFSET_END))
+                by_leader.setdefault(p["leader"], []).append((t, p["partition"]))
+    if batch is not None and (read := batch.end_offsets(by_leader, deadline)) is not None:
+        return read
     out = {}
-    for wanted in by_leader.values():
-        for start in range(0, len(wanted), OFFSETS_BATCH):
+    for partitions in by_leader.values():
+        for start in range(0, len(partitions), OFFSETS_BATCH):
             # A batch that fails (its leader just died) only loses its partitions' offsets.
             with contextlib.suppress(KafkaException):
-                got = consumer.offsets_for_times(wanted[start:start + OFFSETS_BATCH], timeout=_left(deadline))
+                got = consumer.offsets_for_times([TopicPartition(t, p, OFFSET_END)
+                                                  for t, p in partitions[start:start + OFFSETS_BATCH]],
+                                                 timeout=_left(deadline))
                 out.update({(tp.topic, tp.partition): tp.offset for tp in got if not tp.error and tp.offset >= 0})
     return out
 
@@ -316,7 +323,7 @@ def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: Config
         brokers = [b for b in brokers if local_broker is None or b == local_broker]
     topic_configs, broker_configs = (configs or ConfigCache(0)).get(
         admin, list(topics) if full else _on_broker(topics, local_broker), brokers, deadline)
-    ends = _log_end_offsets(consumer, topics, deadline) if full else {}
+    ends = _log_end_offsets(consumer, topics, deadline, batch) if full else {}
     for name, topic in topics.items():
         if picked := topic_configs.get(name):
             topic["configs"], topic["config_sources"] = picked["values"], picked["sources"]

@@ -2,7 +2,8 @@
 
 librdkafka's admin API reads one group per call: a FindCoordinator and an OffsetFetch for each of 10,000 groups every
 fetch. kafka-python's protocol classes take many groups a request, so this sends one batched FindCoordinator (KIP-699)
-for the groups whose coordinator is not known yet and one OffsetFetch per coordinator and BATCH_GROUPS groups.
+for the groups whose coordinator is not known yet and one OffsetFetch per coordinator and BATCH_GROUPS groups; the
+same client asks log end offsets (kafka/end_offsets.py).
 It is used when the `kafka.client` properties translate to kafka-python's settings and the brokers answer
 OffsetFetch v8; the groups it could not read in a fetch (their coordinator moved or is loading) are read the old way.
 """
@@ -13,10 +14,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.offset_fetch_answer import FastOffsetFetch, GroupAnswer
+from kdiag.kafka.end_offsets import PARTITIONS_PER_REQUEST, VERSION, EndOffsets, requests
+from kdiag.kafka.offset_fetch_answer import fast_offset_fetch, GroupAnswer
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,7 @@ COORDINATOR_ERRORS = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_N
 
 # Takes one group's committed offsets as read: (topic, partition, offset) of every committed partition.
 Put = Callable[[str, Iterable[tuple[str, int, int]]], None]
+T = TypeVar("T")
 
 
 def batch_settings(settings: ClientSettings, bootstrap: str, timeout: float) -> dict[str, Any] | str:
@@ -79,28 +82,41 @@ class BatchedOffsets:
         """Give `put` the committed offsets of each group a batched read answered, as it is read; the groups answered
         (none when no batched read could be had; those answered before a failure when one failed)."""
         answered: set[str] = set()
-        if (client := self.client) is None or not groups:
+        if groups:
+            self._use(deadline, "committed offsets by batched OffsetFetch",
+                      lambda client: client.fetch(groups, deadline, put, answered))
+        return answered
+
+    def end_offsets(self, by_leader: dict[int, list[tuple[str, int]]], deadline: float) -> EndOffsets | None:
+        """Log end offsets of these partitions, each leader's asked in ListOffsets of many partitions; None when no
+        batched read could be had or it failed (the caller asks librdkafka)."""
+        return self._use(deadline, "log end offsets by batched ListOffsets",
+                         lambda client: client.end_offsets(by_leader, deadline))
+
+    def _use(self, deadline: float, what: str, read: Callable[[GroupOffsetsClient], T]) -> T | None:
+        """read(client) when batched reads can be had; None when not, or when it failed (logged, the client closed)."""
+        if (client := self.client) is None:
             self._say()
-            return answered
+            return None
         try:
             if not self._checked:
                 if not client.supported(deadline):
                     client.close()
                     self.client, self.refusal = None, "the brokers do not answer OffsetFetch v8 (Kafka 3.0+)"
                     self._say()
-                    return answered
+                    return None
                 self._checked = True
-                log.info("committed offsets: one OffsetFetch per coordinator and %d groups (KIP-709)", BATCH_GROUPS)
-            client.fetch(groups, deadline, put, answered)
+                log.info("committed offsets: one OffsetFetch per coordinator and %d groups (KIP-709); log end offsets: "
+                         "one ListOffsets per leader and %d partitions", BATCH_GROUPS, PARTITIONS_PER_REQUEST)
+            value = read(client)
             self._warned = ""
-            return answered
-        except Exception as e:  # any failure of kafka-python's: the groups are read the old way
+            return value
+        except Exception as e:  # any failure of kafka-python's: the caller reads the old way
             client.close()
             if (reason := self.settings.redact(f"{type(e).__name__}: {e}")) != self._warned:
-                log.warning("committed offsets by batched OffsetFetch failed, the groups it did not read are read "
-                            "at the next fetch (a few with a request each meanwhile): %s", reason)
+                log.warning("%s failed, what it did not read is read through librdkafka: %s", what, reason)
             self._warned = reason
-            return answered
+            return None
 
     def close(self) -> None:
         """Close the client's connections."""
@@ -129,13 +145,30 @@ class GroupOffsetsClient:
             client.close()
 
     def supported(self, deadline: float) -> bool:
-        """Whether the brokers answer batched FindCoordinator (v4) and OffsetFetch (v8); connects on first use."""
+        """Whether the brokers answer batched FindCoordinator (v4), OffsetFetch (v8) and ListOffsets v5; connects on
+        first use."""
         from kafka.protocol.consumer.group import OffsetFetchRequest
+        from kafka.protocol.consumer.offsets import ListOffsetsRequest
         from kafka.protocol.metadata import FindCoordinatorRequest
 
         client = self._connect(deadline)
         return bool(client.api_version(OffsetFetchRequest, max_version=8) >= 8
-                    and client.api_version(FindCoordinatorRequest, max_version=4) >= 4)
+                    and client.api_version(FindCoordinatorRequest, max_version=4) >= 4
+                    and client.api_version(ListOffsetsRequest, max_version=VERSION) >= VERSION)
+
+    def end_offsets(self, by_leader: dict[int, list[tuple[str, int]]], deadline: float) -> EndOffsets:
+        """Log end offsets of these partitions of each leader; kafka-python's errors (a connection, a timeout) raise."""
+        client = self._connect(deadline)
+        out: EndOffsets = {}
+        sent: deque[Any] = deque()
+        for leader, request in requests(by_leader):
+            if len(sent) >= IN_FLIGHT:
+                out.update(_wait(client, sent.popleft(), deadline))
+            client.await_ready(leader, timeout_ms=_left_ms(deadline))
+            sent.append(client.send(leader, request))
+        while sent:
+            out.update(_wait(client, sent.popleft(), deadline))
+        return out
 
     def fetch(self, groups: Iterable[str], deadline: float, put: Put, answered: set[str]) -> None:
         """Give `put` the committed offsets of each group that answered and add it to `answered`; a group whose
@@ -184,7 +217,7 @@ class GroupOffsetsClient:
             if len(sent) >= IN_FLIGHT:
                 self._take(_wait(client, sent.popleft(), deadline), put, answered)
             client.await_ready(node, timeout_ms=_left_ms(deadline))
-            sent.append(client.send(node, FastOffsetFetch(OffsetFetchRequest[8](
+            sent.append(client.send(node, fast_offset_fetch(OffsetFetchRequest[8](
                 groups=[entry(group_id=g, topics=None) for g in batch], require_stable=False))))
         while sent:
             self._take(_wait(client, sent.popleft(), deadline), put, answered)

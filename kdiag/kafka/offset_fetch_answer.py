@@ -2,15 +2,16 @@
 
 kafka-python's generated decoder makes an object for every partition of every group (2.5 us each): a fetch at 10,000
 groups reads about 370,000 committed partitions, a second of CPU. This reads the answer's bytes once into, per group,
-its error code and the (topic, partition, offset) of each partition committed without error. It is handed to
-kafka-python through the request (`FastOffsetFetch`), whose header names the class that decodes its answer, so the
-client's connections, SASL, TLS and retries stay kafka-python's.
+its error code and the (topic, partition, offset) of each partition committed without error, through
+`fast_offset_fetch` (kafka/read_by.py).
 """
 
 from __future__ import annotations
 
 import struct
 from typing import Any, NamedTuple
+
+from kdiag.kafka.read_by import ReadBy
 
 _PARTITION = struct.Struct(">iqi")  # partition_index, committed_offset, committed_leader_epoch
 _ERROR = struct.Struct(">h")
@@ -110,49 +111,6 @@ def _partitions(data: bytes, pos: int, count: int, topic: str, read: list[tuple[
     return pos
 
 
-class _Answer:
-    """What kafka-python's parser asks of a response class: read the header, then decode the body into the value."""
-
-    def __init__(self, response_class: Any):
-        self._response_class = response_class
-
-    def parse_header(self, buffer: Any) -> Any:
-        return self._response_class.parse_header(buffer)
-
-    def decode(self, buffer: Any) -> list[GroupAnswer]:
-        return decode_groups(buffer.read())
-
-
-class _Header:
-    """The request's header as kafka-python keeps it in flight, naming _Answer as its answer's class."""
-
-    def __init__(self, header: Any):
-        self._header = header
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._header, name)
-
-    def get_response_class(self) -> _Answer:
-        return _Answer(self._header.get_response_class())
-
-
-class FastOffsetFetch:
+def fast_offset_fetch(request: Any) -> ReadBy:
     """An OffsetFetch v8 request (kafka-python's) whose answer arrives as decode_groups' list, not as objects."""
-
-    def __init__(self, request: Any):
-        # A request of the versioned class (OffsetFetchRequest[8]): the connection leaves its API_VERSION alone.
-        if request.API_VERSION != 8:
-            raise ValueError(f"an OffsetFetch v8 request, not v{request.API_VERSION}")
-        self._request = request
-        self.header: _Header | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._request, name)
-
-    def __str__(self) -> str:
-        return str(self._request)
-
-    def with_header(self, **header: Any) -> None:
-        """Give the request its header (the connection's correlation id and client id)."""
-        self._request.with_header(**header)
-        self.header = _Header(self._request.header)
+    return ReadBy(request, 8, decode_groups)

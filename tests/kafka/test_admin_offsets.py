@@ -1,5 +1,6 @@
-"""Log end offsets asked per leader: each offsets_for_times call names partitions of one leader only, so librdkafka
-sends it as one ListOffsets request (it splits a call by leader)."""
+"""Log end offsets asked per leader through librdkafka (where kafka-python's batched client cannot be had): each
+offsets_for_times call names partitions of one leader only, so librdkafka sends it as one ListOffsets request (it
+splits a call by leader)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def test_each_call_asks_one_leader_in_batches_and_offline_partitions_are_not_ask
                                   "replicas": [], "isr": [], "log_end_offset": None} for p in range(5)],
                   "configs": {}} for i, t in enumerate("abc")}
     consumer = Answering({(t, p): 10 * i + p for i, t in enumerate("abc") for p in range(5)})
-    got = kafka_admin._log_end_offsets(consumer, topics, deadline=float("inf"))
+    got = kafka_admin._log_end_offsets(consumer, topics, deadline=float("inf"), batch=None)
     assert got == {(t, p): 10 * i + p for i, t in enumerate("abc") for p in range(5) if (t, p) != ("c", 4)}
     leader = {(t, d["partition"]): d["leader"] for t, v in topics.items() for d in v["partitions"]}
     assert all(len({leader[tp] for tp in call}) == 1 for call in consumer.calls)

@@ -10,7 +10,7 @@ import pytest
 from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
 from kafka.protocol.parser import KafkaProtocol
 
-from kdiag.kafka.offset_fetch_answer import FastOffsetFetch, GroupAnswer, decode_groups
+from kdiag.kafka.offset_fetch_answer import fast_offset_fetch, GroupAnswer, decode_groups
 
 RESPONSE = OffsetFetchResponse[8]
 GROUP = RESPONSE.OffsetFetchResponseGroup
@@ -74,7 +74,7 @@ def test_an_answer_cut_anywhere_is_refused_with_a_value_error():
 def test_only_a_v8_request_is_wrapped():
     entry = OffsetFetchRequest.OffsetFetchRequestGroup
     with pytest.raises(ValueError, match="v8"):
-        FastOffsetFetch(OffsetFetchRequest[7](groups=[entry(group_id="g", topics=None)], require_stable=False))
+        fast_offset_fetch(OffsetFetchRequest[7](groups=[entry(group_id="g", topics=None)], require_stable=False))
 
 
 def test_a_varint_past_five_bytes_is_refused():
@@ -85,7 +85,7 @@ def test_a_varint_past_five_bytes_is_refused():
 def test_kafka_pythons_parser_hands_the_reader_the_answer_of_the_request_that_names_it():
     parser = KafkaProtocol(client_id="kdiag")
     entry = OffsetFetchRequest.OffsetFetchRequestGroup
-    request = FastOffsetFetch(OffsetFetchRequest[8](groups=[entry(group_id="orders-é", topics=None)],
+    request = fast_offset_fetch(OffsetFetchRequest[8](groups=[entry(group_id="orders-é", topics=None)],
                                                     require_stable=False))
     correlation = parser.send_request(request)
     sent = parser.send_bytes()

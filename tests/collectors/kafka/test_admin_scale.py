@@ -18,6 +18,7 @@ from tests.waiting import wait_until
 
 from kdiag.core.cardinality import SeriesFilter
 from kdiag.kafka import admin as kafka_admin
+from kdiag.kafka import end_offsets
 from kdiag.kafka.admin_worker import AdminSession
 from kdiag.collectors.kafka.admin import KafkaAdminCollector
 from kdiag.kafka.client import ClientSettings
@@ -72,10 +73,14 @@ def ends(state: dict, topic: str) -> list[int | None]:
 
 
 @pytest.mark.kafka
-def test_log_end_offsets_in_batches_match_list_offsets(topics, monkeypatch):
+@pytest.mark.parametrize("path", ["kafka-python", "librdkafka"])
+def test_log_end_offsets_in_batches_match_list_offsets(topics, monkeypatch, path):
     # Batches of 3 over 10 partitions: batch edges fall inside the topics, and the last batch is short.
     monkeypatch.setattr(kafka_admin, "OFFSETS_BATCH", 3)
+    monkeypatch.setattr(end_offsets, "PARTITIONS_PER_REQUEST", 3)
     with session(topics["bootstrap"]) as c:
+        if path == "librdkafka":
+            monkeypatch.setattr(c.batch, "end_offsets", lambda by_leader, deadline: None)
         def complete() -> dict | None:
             state = c.fetch()
             return state if ends(state, topics["keep"]) == [1, 2, 3, 4, 5] else None
