@@ -62,10 +62,14 @@ def test_batched_end_offsets_equal_librdkafkas_read_committed_ones(transaction_o
     try:
         ours = batch.end_offsets(by_leader, time.monotonic() + 30)
         theirs = consumer.offsets_for_times([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)], 30)
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 1), 30)
+        uncommitted = Consumer({"bootstrap.servers": bootstrap, "group.id": "kdiag-offsets",
+                                "isolation.level": "read_uncommitted"})
+        (high,) = uncommitted.offsets_for_times([TopicPartition(topic, 1, OFFSET_END)], 30)
+        uncommitted.close()
     finally:
         batch.close()
         consumer.close()
     assert ours == {(tp.topic, tp.partition): tp.offset for tp in theirs}
-    # Partition 0: 5 messages and the commit marker; partition 1: the open transaction's first offset.
-    assert ours == {(topic, 0): 6, (topic, 1): 0, (topic, 2): 2} and high == 3
+    # Partition 0: 5 messages and the commit marker; partition 1: the open transaction's first offset (its high
+    # watermark, what a read_uncommitted consumer reads, is 3).
+    assert ours == {(topic, 0): 6, (topic, 1): 0, (topic, 2): 2} and high.offset == 3
