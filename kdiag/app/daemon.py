@@ -93,8 +93,8 @@ class Daemon:
                                                        services.coordinator)
                 services.pipeline.adopt(judged)
         services.published.publish(state)
-        if drawn := services.page.update(state, self._interval()):
-            services.published.publish_page(*drawn)
+        if draw := services.page.update(state, self._interval()):
+            services.published.publish_page(draw)
         if services.state_file:
             services.state_file.save(state.diagnoses)
         if services.pusher:

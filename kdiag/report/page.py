@@ -11,8 +11,9 @@ import base64
 import hashlib
 import logging
 import math
+import threading
 from collections import deque
-from collections.abc import Reversible, Sequence
+from collections.abc import Callable, Reversible, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -274,8 +275,12 @@ def blind_html(state: State) -> str:
             if rows else "")
 
 
+# Draws one cycle's page at `/` and its JSON at `/api/page`; None (logged once) when it cannot be drawn.
+PageDraw = Callable[[], "tuple[bytes, bytes] | None"]
+
+
 class LivePage:
-    """The daemon's page: each cycle recorded into the history window and rendered once."""
+    """The daemon's page: each cycle recorded into the history window; drawn when someone asks (serve/exporter.py)."""
 
     def __init__(self, window: float, kafka_version: str = "", off: Sequence[str] = (), max_subjects: int = 0):
         self.history = EvidenceHistory(window)
@@ -284,9 +289,10 @@ class LivePage:
         self.kafka_version = kafka_version  # from the broker's class path, when its command line does not name it
         self.off = off  # the registered collectors that do not run
         self._failing = False
+        self._lock = threading.Lock()  # the cycle records, a web server's thread draws
 
-    def update(self, state: State, interval: float) -> tuple[bytes, bytes] | None:
-        """The page at `/` and its JSON at `/api/page` for this cycle; None (logged once) when it cannot be drawn."""
+    def update(self, state: State, interval: float) -> PageDraw | None:
+        """Record this cycle; how to draw its page (None, logged once, when it cannot even be recorded)."""
         try:
             kept, counts = self.cap.select(state.diagnoses)
             if len(kept) < len(state.diagnoses):
@@ -296,14 +302,26 @@ class LivePage:
                     if (d.rule.id, d.subject) not in shown_keys:
                         self.history.forget((d.rule.id, d.subject))
                 state = replace(state, diagnoses=kept)
-            self.history.record(state)
-            main = live_main(state, self.history, self.kafka_version, self.off, counts)
+            with self._lock:
+                self.history.record(state)
         except Exception as e:  # the page never holds back the cycle: the last one drawn stays
-            if not self._failing:
-                log.warning("the page at / could not be drawn, the last one stays: %s: %s", type(e).__name__, e)
-            self._failing = True
+            self._failed(e)
+            return None
+        return lambda: self._draw(state, interval, counts)
+
+    def _draw(self, state: State, interval: float, counts: list[RuleSubjects]) -> tuple[bytes, bytes] | None:
+        try:
+            with self._lock:
+                main = live_main(state, self.history, self.kafka_version, self.off, counts)
+        except Exception as e:  # the last page drawn stays
+            self._failed(e)
             return None
         self._failing = False
         page = document(f"kdiag on {state.host}", main, interval).encode("utf-8", "backslashreplace")
         data = dumps({"time": state.time, "updated": clock(state.time), "main": main}, "page").encode("utf-8", "backslashreplace")
         return page, data
+
+    def _failed(self, e: Exception) -> None:
+        if not self._failing:
+            log.warning("the page at / could not be drawn, the last one stays: %s: %s", type(e).__name__, e)
+        self._failing = True

@@ -205,9 +205,9 @@ class App:
         if path == "/api/diagnoses":
             return 200, [(b"content-type", b"application/json")], self.published.diagnoses
         if path == "/api/page":
-            return 200, [(b"content-type", b"application/json")], self.published.page_json
+            return 200, [(b"content-type", b"application/json")], self.published.page()[1]
         if path == "/":
-            return 200, [(b"content-type", b"text/html; charset=utf-8")], self.published.page
+            return 200, [(b"content-type", b"text/html; charset=utf-8")], self.published.page()[0]
         return 404, [(b"content-type", b"text/plain")], NOT_FOUND
 
 

@@ -11,7 +11,6 @@ import sys
 import time
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest

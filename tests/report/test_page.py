@@ -19,7 +19,7 @@ from kdiag.kafka.coordination import Reporting
 from kdiag.kafka.coordination_records import Member
 from kdiag.recording.recording import Recording
 from kdiag.report.html import frozen, recording_report
-from kdiag.report.page import SCRIPT, STYLE, EvidenceHistory, LivePage
+from kdiag.report.page import SCRIPT, STYLE, EvidenceHistory, LivePage, PageDraw
 from kdiag.report.plots import formatted, plot
 from kdiag.runtime.pipeline import Health, State
 from tests.analysis.test_subject_cap import judged
@@ -76,6 +76,19 @@ class Tags(HTMLParser):
         self.code = False
 
 
+def drawing(draw: PageDraw | None) -> tuple[bytes, bytes]:
+    """The page and its JSON that a LivePage.update's drawing draws."""
+    assert draw is not None
+    page = draw()
+    assert page is not None
+    return page
+
+
+def drawn(draw: PageDraw | None) -> str:
+    """The page a LivePage.update's drawing draws, as text."""
+    return drawing(draw)[0].decode()
+
+
 def parsed(page: str) -> Tags:
     tags = Tags()
     tags.feed(page)
@@ -111,7 +124,7 @@ def assert_text_only(page: str, scripts: int) -> None:
 
 
 def test_hostile_text_stays_text_on_the_live_page_and_its_json(hostile_state):
-    page, data = LivePage(900).update(hostile_state, 5.0)
+    page, data = drawing(LivePage(900).update(hostile_state, 5.0))
     text = page.decode()
     assert_text_only(text, scripts=1)
     shown = "".join(parsed(text).text)
@@ -160,7 +173,7 @@ def test_causes_come_first_with_the_symptoms_they_explain_nested(tmp_path):
 """)
     signals = {"topic": {"t1": {"name": "t1", "leader_skew_ratio": 3.0}}}
     state = State("h", 1.0, [], {}, signals, Engine(load_catalog([rules])).evaluate(EngineState(), 1.0, signals).current())
-    page = LivePage(900).update(state, 5.0)[0].decode()
+    page = drawn(LivePage(900).update(state, 5.0))
     cause = page.index('data-rule="skew"')
     symptom = page.index('data-rule="slow"')
     assert cause < symptom < page.index("</article>", cause)  # inside the cause's article
@@ -173,7 +186,7 @@ def test_a_symptom_nests_the_symptoms_it_explains_under_the_cause_that_explains_
     signals = {"broker": {"3": slow, **churning}}
     engine = Engine(load_catalog([default_rules_dir()]))
     judged = engine.evaluate(engine.evaluate(EngineState(), 0.0, signals), 300.0, signals)
-    page = LivePage(900).update(State("h", 300.0, [], {}, signals, judged.current()), 5.0)[0].decode()
+    page = drawn(LivePage(900).update(State("h", 300.0, [], {}, signals, judged.current()), 5.0))
 
     def article(rule: str, subject: str) -> int:
         return page.index(f'data-rule="{rule}" data-subject="{subject}"')
@@ -234,12 +247,12 @@ def test_the_kafka_version_comes_from_the_broker_jar_on_the_class_path(tmp_path)
 def test_the_page_shows_the_worst_subjects_of_a_rule_and_counts_the_others():
     lags = {f"g{i:02d}": float(i) for i in range(40)}
     page = LivePage(900, max_subjects=5)
-    first = page.update(State("h", 600.0, [], {}, {}, judged(lags, set(lags))), 5.0)[0].decode()
+    first = drawn(page.update(State("h", 600.0, [], {}, {}, judged(lags, set(lags))), 5.0))
     assert re.findall(r'data-rule="consumer_lag_growing" data-subject="([^"]*)"', first) == [
         "g35", "g36", "g37", "g38", "g39"]
     assert "<b>consumer_lag_growing</b>: 40 subjects, 35 firing and 0 pending not shown" in first
     # One that is cut, still active, is not shown as resolved.
     lags["g00"] = 1000.0
-    later = page.update(State("h", 605.0, [], {}, {}, judged(lags, set(lags))), 5.0)[0].decode()
+    later = drawn(page.update(State("h", 605.0, [], {}, {}, judged(lags, set(lags))), 5.0))
     assert re.findall(r'data-subject="([^"]*)"', later) == ["g00", "g36", "g37", "g38", "g39"]
     assert 'class="badge resolved"' not in later

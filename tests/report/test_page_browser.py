@@ -13,7 +13,7 @@ import pytest
 from tests.waiting import wait_until
 
 from tests.browser import WIDTHS, Browser
-from tests.report.test_page import HOSTILE, hostile_state  # noqa: F401  (a fixture)
+from tests.report.test_page import HOSTILE, drawing, hostile_state  # noqa: F401  (a fixture)
 from tests.paths import RECORDINGS
 from kdiag.core.quote import printable
 from kdiag.report.page import LivePage
@@ -98,7 +98,7 @@ def test_the_live_page_updates_itself_at_both_widths(browser, tmp_path):
 
 def test_hostile_text_is_shown_as_text_in_the_browser(browser, tmp_path, hostile_state):  # noqa: F811
     page = tmp_path / "hostile.html"
-    page.write_bytes(LivePage(900).update(hostile_state, 3600.0)[0])
+    page.write_bytes(drawing(LivePage(900).update(hostile_state, 3600.0))[0])
     look = browser.look(page.as_uri(), 390)
     assert look.errors == [] and look.layout == [] and look.requests == [page.as_uri()]
     assert look.dom.count("<script") == 1 and "<img" not in look.dom

@@ -40,7 +40,9 @@ def test_the_api_and_the_page_say_what_a_failing_collector_blinds(tmp_path: Path
     assert "softirq_core_saturated" in {d.rule.id for d in state.diagnoses}
     published = Published()
     published.publish(state)
-    published.publish_page(*LivePage(300.0).update(state, 5.0) or (b"", b""))
+    draw = LivePage(300.0).update(state, 5.0)
+    assert draw is not None
+    published.publish_page(draw)
     server = Exporter("127.0.0.1:0", published)
     server.start()
     try:

@@ -16,6 +16,7 @@ from kdiag.analysis.statefile import StateFile
 from kdiag.core.finite import SKIPPED, dumps
 from kdiag.kafka.coordination import Reporting
 from kdiag.report.page import LivePage
+from tests.report.test_page import drawing
 from kdiag.report.text import render_text
 from kdiag.runtime.pipeline import State
 from kdiag.serve.exporter import render_metrics
@@ -41,7 +42,7 @@ def test_every_output_survives_a_time_or_number_it_cannot_show(since: float, tmp
     state = state_with(since)
     got = strict(dumps(state.to_json(), "api"))
     assert got["diagnoses"][0]["evidence"] == {"up": None, "rate": None, "why": "gone"}
-    page, data = LivePage(900).update(state, 5.0)
+    page, data = drawing(LivePage(900).update(state, 5.0))
     assert b"broker 1 is down" in page and strict(data.decode())
     assert "broker_down" in render_text(state)
     pusher = AlertPusher("http://127.0.0.1:1", "h")
