@@ -27,7 +27,7 @@ class History:
         # over Kafka's fetches see real steps, not a staircase of repeated values.
         self._batches: list[tuple[list[Sample], dict[Key, Sample]]] = []
         self._fresh: set[Key] = set()  # the series of the latest snapshot's own samples
-        self._carried: set[Key] = set()  # the series of the batches it carried (made again only when those change)
+        self._carried: dict[Key, int] = {}  # the series of the batches it carried, and in how many of them
         self._gone: set[Key] = set()  # carried series whose points aged out: absent until the next add gives one
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
@@ -47,7 +47,6 @@ class History:
             key = (s.name, s.labels)
             self._append(t, key, s, appended)
             fresh.add(key)
-        before = (self._fresh, self._carried)
         points = self._points
         batches = []
         for batch in carried:
@@ -58,18 +57,17 @@ class History:
                     if key not in points:  # a batch this history never had as fresh samples
                         self._append(t, key, s, appended)
             batches.append(known)
-        # ids compare identity: the batches of the last add are still held, so no new list can share an id with one.
-        if [id(b) for b, _ in batches] != [id(b) for b, _ in self._batches]:
-            self._carried = set().union(*(keys for _, keys in batches))
-        self._batches = batches
-        self._fresh = fresh
-        # A fetch's samples come fresh once, then carried: only a series in neither before, or in neither now, moved.
-        # Set operations in C, not a test per key: a fetch moves 66,000 keys between fresh and carried twice.
-        if self._carried is before[1]:
-            changed = {key[0] for key in fresh.symmetric_difference(before[0]) if key not in self._carried}
-        else:
-            changed = {key[0] for key in (before[0] | before[1]).symmetric_difference(fresh | self._carried)}
-        for key in self._gone & self._carried:
+        entered, left = self._recount(batches)
+        before, self._fresh, self._batches = self._fresh, fresh, batches
+        # Only a series that entered or left the fresh or the carried ones may have appeared or vanished: a cycle
+        # looks at those, not at the 66,000 series a fetch carries.
+        carried_now = self._carried
+        changed = set()
+        for key in itertools.chain(fresh.symmetric_difference(before), entered, left):
+            was = key in before or key in left or (key in carried_now and key not in entered)
+            if was != (key in fresh or key in carried_now):
+                changed.add(key[0])
+        for key in self._gone & self._carried.keys():
             if key not in points:
                 self._append(t, key, next(keys[key] for _, keys in batches if key in keys), appended)
         self._gone = set()
@@ -90,6 +88,30 @@ class History:
                     self._gone.add(key)
         for name in changed:
             self.versions[name] = self.versions.get(name, 0) + 1
+
+    def _recount(self, batches: list[tuple[list[Sample], dict[Key, Sample]]]) -> tuple[set[Key], set[Key]]:
+        """Count each carried series over the new batches; the series that entered the carried ones, and those that
+        left. Only batches that came or went are walked (ids compare identity: the last add's batches are still held,
+        so no new list can share an id with one)."""
+        counts, entered, left = self._carried, set(), set()
+        old = {id(b): keys for b, keys in self._batches}
+        new = {id(b): keys for b, keys in batches}
+        for i, keys in new.items():
+            if i not in old:
+                for key in keys:
+                    n = counts.get(key, 0)
+                    counts[key] = n + 1
+                    if not n:
+                        entered.add(key)
+        for i, keys in old.items():
+            if i not in new:
+                for key in keys:
+                    if n := counts[key] - 1:
+                        counts[key] = n
+                    else:
+                        del counts[key]
+                        left.add(key)
+        return entered, left
 
     def _present(self, key: Key) -> bool:
         # Its points are gone once they aged out; until the next add gives it one, it is absent.

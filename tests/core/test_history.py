@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from kdiag.core.history import WRAP32, History, counter_increase, drop_before, window_rate
@@ -127,3 +129,39 @@ def test_drop_before_keeps_the_points_at_or_after_the_horizon():
     assert points == [(5.0, 2.0), (10.0, 3.0)]
     drop_before(points, 11.0)
     assert points == []
+
+
+def test_presence_and_versions_follow_fresh_and_carried_batches_as_a_naive_model_does():
+    """Sources whose lists come fresh, are carried, replaced or dropped in any order: each add's present series are
+    those of its fresh samples and carried batches, and a name's version moves whenever one of its series appeared,
+    vanished or got a point (checked against sets made from scratch each add)."""
+    rng = random.Random(7)
+    h = History(retention=1e9)
+    lists: dict[str, list] = {}
+    present_before: set = set()
+    for step in range(300):
+        t = float(step)
+        fresh_sources, carried = [], []
+        for source in "abcd":
+            roll = rng.random()
+            if roll < 0.3 or source not in lists:  # a new list: fresh this add
+                lists[source] = [sample(f"{source}_{i % 3}", float(step), kind=GAUGE, n=str(i))
+                                 for i in rng.sample(range(12), rng.randint(0, 6))]
+                fresh_sources.append(source)
+            elif roll < 0.85:
+                carried.append(lists[source])
+            # else: the source handed nothing this add
+        fresh = [s for source in fresh_sources for s in lists[source]]
+        before_versions = dict(h.versions)
+        before_points = {n: [(dict(labels), list(points)) for labels, points, _ in h.series(n)]
+                         for n in (f"{x}_{i}" for x in "abcd" for i in range(3))}
+        h.add(t, fresh, carried)
+        present = {(s.name, s.labels) for s in fresh} | {(s.name, s.labels) for batch in carried for s in batch}
+        for name in (f"{x}_{i}" for x in "abcd" for i in range(3)):
+            got = {tuple(sorted(labels.items())) for labels, _, _ in h.series(name)}
+            assert got == {labels for n, labels in present if n == name}, (step, name)
+            now = [(labels, points) for labels, points, _ in h.series(name)]
+            moved = ({k for k in present if k[0] == name} != {k for k in present_before if k[0] == name}
+                     or any(s.name == name for s in fresh) or now != before_points[name])
+            assert (h.versions.get(name) != before_versions.get(name)) == moved, (step, name)
+        present_before = present
