@@ -83,18 +83,20 @@ class BatchedOffsets:
         (none when no batched read could be had; those answered before a failure when one failed)."""
         answered: set[str] = set()
         if groups:
-            self._use(deadline, "committed offsets by batched OffsetFetch",
+            self._use(deadline, "committed offsets by batched OffsetFetch failed, the groups it did not read are read "
+                      "at the next fetch (a few with a request each meanwhile)",
                       lambda client: client.fetch(groups, deadline, put, answered))
         return answered
 
     def end_offsets(self, by_leader: dict[int, list[tuple[str, int]]], deadline: float) -> EndOffsets | None:
         """Log end offsets of these partitions, each leader's asked in ListOffsets of many partitions; None when no
         batched read could be had or it failed (the caller asks librdkafka)."""
-        return self._use(deadline, "log end offsets by batched ListOffsets",
+        return self._use(deadline, "log end offsets by batched ListOffsets failed, librdkafka's consumer asks them",
                          lambda client: client.end_offsets(by_leader, deadline))
 
-    def _use(self, deadline: float, what: str, read: Callable[[GroupOffsetsClient], T]) -> T | None:
-        """read(client) when batched reads can be had; None when not, or when it failed (logged, the client closed)."""
+    def _use(self, deadline: float, failed: str, read: Callable[[GroupOffsetsClient], T]) -> T | None:
+        """read(client) when batched reads can be had; None when not, or when it failed (logged as `failed` and why,
+        the client closed)."""
         if (client := self.client) is None:
             self._say()
             return None
@@ -114,7 +116,7 @@ class BatchedOffsets:
         except Exception as e:  # any failure of kafka-python's: the caller reads the old way
             client.close()
             if (reason := self.settings.redact(f"{type(e).__name__}: {e}")) != self._warned:
-                log.warning("%s failed, what it did not read is read through librdkafka: %s", what, reason)
+                log.warning("%s: %s", failed, reason)
             self._warned = reason
             return None
 
