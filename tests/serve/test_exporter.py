@@ -318,3 +318,24 @@ def test_a_failing_collector_says_why_in_a_metric_and_on_healthz(server, live_st
     server.published.publish(state)  # working again: no reason left
     assert "kdiag_collector_last_error_info{" not in server.get("/metrics")[2].decode()
     assert server.get("/healthz")[::2] == (200, b"ok\n")
+
+
+def test_the_page_is_drawn_by_the_first_request_after_a_publish_and_only_then(server):
+    drawings: list[int] = []
+
+    def draw(n: int):
+        def drawn() -> tuple[bytes, bytes] | None:
+            drawings.append(n)
+            return (f"<p>page {n}</p>".encode(), f'{{"n": {n}}}'.encode()) if n != 3 else None
+        return drawn
+
+    status, _, body = server.get("/")
+    assert status == 200 and b"first collection still running" in body
+    for n in (1, 2):
+        server.published.publish_page(draw(n))
+    assert drawings == []  # nobody asked: nothing drawn
+    assert server.get("/")[2] == b"<p>page 2</p>" and server.get("/api/page")[2] == b'{"n": 2}'
+    assert drawings == [2]  # the last published, once for both answers
+    server.published.publish_page(draw(3))  # a drawing that fails: the last page drawn stays
+    assert server.get("/api/page")[2] == b'{"n": 2}' and server.get("/")[2] == b"<p>page 2</p>"
+    assert drawings == [2, 3]
