@@ -264,9 +264,12 @@ def run_window(config: dict, window: float, warmup: float, interval: float,
         path = Path(tmp, "kdiag.yaml")
         path.write_text(yaml.safe_dump({**config, "listen": f"127.0.0.1:{port}", "state_dir": ""}))
         log = open(Path(tmp, "kdiag.log"), "w")  # noqa: SIM115 (closed below)
-        # cwd: `-m` puts the working directory first on sys.path, and it must not shadow PYTHONPATH's kdiag.
+        # cwd: `-m` puts the working directory first on sys.path, and it must not shadow PYTHONPATH's kdiag; a
+        # relative PYTHONPATH (`..`) is made absolute, or it would name nothing from there.
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(os.path.abspath(p) for p in paths if p)}
         proc = subprocess.Popen([sys.executable, "-m", "kdiag", "run", "--config", str(path)], stdout=log, stderr=log,
-                                cwd=tmp)
+                                cwd=tmp, env=env)
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
             deadline = time.monotonic() + 120
