@@ -179,7 +179,9 @@ def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float,
         for p in d["partitions"]:
             if p["leader"] >= 0:
                 by_leader.setdefault(p["leader"], []).append((t, p["partition"]))
-    if batch is not None and (read := batch.end_offsets(by_leader, deadline)) is not None:
+    # At most half the time left: a leader that does not answer (frozen, just died) must leave the rest of the fetch,
+    # and librdkafka's try after a failed read, their time.
+    if batch is not None and (read := batch.end_offsets(by_leader, (time.monotonic() + deadline) / 2)) is not None:
         return read
     out = {}
     for partitions in by_leader.values():

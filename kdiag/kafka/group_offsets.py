@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 BATCH_GROUPS = 200
 IN_FLIGHT = 3
 FIND_GROUPS = 2000  # groups per FindCoordinator
+CONNECT_MS = 3000  # how long a leader gets to be connected to before its partitions are left to the next fetch
 # librdkafka property -> kafka-python setting, for the properties whose meaning is the same in both.
 TRANSLATED = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
               "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
@@ -160,14 +161,22 @@ class GroupOffsetsClient:
 
     def end_offsets(self, by_leader: dict[int, list[tuple[str, int]]], deadline: float) -> EndOffsets:
         """Log end offsets of these partitions of each leader; kafka-python's errors (a connection, a timeout) raise."""
+        from kafka.errors import KafkaError
+
         client = self._connect(deadline)
         out: EndOffsets = {}
         sent: deque[Any] = deque()
+        unreachable: set[int] = set()
         for leader, request in requests(by_leader):
+            if leader in unreachable:
+                continue
             if len(sent) >= IN_FLIGHT:
                 out.update(_wait(client, sent.popleft(), deadline))
-            client.await_ready(leader, timeout_ms=_left_ms(deadline))
-            sent.append(client.send(leader, request))
+            try:
+                client.await_ready(leader, timeout_ms=min(_left_ms(deadline), CONNECT_MS))
+                sent.append(client.send(leader, request))
+            except KafkaError:  # a leader gone (or unknown to this client yet): its partitions wait for the next fetch
+                unreachable.add(leader)
         while sent:
             out.update(_wait(client, sent.popleft(), deadline))
         return out

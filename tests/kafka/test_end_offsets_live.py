@@ -73,3 +73,17 @@ def test_batched_end_offsets_equal_librdkafkas_read_committed_ones(transaction_o
     # Partition 0: 5 messages and the commit marker; partition 1: the open transaction's first offset (its high
     # watermark, what a read_uncommitted consumer reads, is 3).
     assert ours == {(topic, 0): 6, (topic, 1): 0, (topic, 2): 2} and high.offset == 3
+
+
+def test_a_leader_the_client_cannot_reach_loses_only_its_own_partitions(transaction_open):
+    bootstrap, topic = transaction_open["bootstrap"], transaction_open["topic"]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    leaders = {p.id: p.leader for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values()}
+    by_leader: dict[int, list[tuple[str, int]]] = {99: [(topic, 7)]}  # a broker that left the cluster
+    for partition, leader in sorted(leaders.items()):
+        by_leader.setdefault(leader, []).append((topic, partition))
+    batch = BatchedOffsets(ClientSettings(), bootstrap, 10.0)
+    try:
+        assert batch.end_offsets(by_leader, time.monotonic() + 30) == {(topic, 0): 6, (topic, 1): 0, (topic, 2): 2}
+    finally:
+        batch.close()
