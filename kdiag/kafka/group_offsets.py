@@ -160,25 +160,10 @@ class GroupOffsetsClient:
                     and client.api_version(ListOffsetsRequest, max_version=VERSION) >= VERSION)
 
     def end_offsets(self, by_leader: dict[int, list[tuple[str, int]]], deadline: float) -> EndOffsets:
-        """Log end offsets of these partitions of each leader; kafka-python's errors (a connection, a timeout) raise."""
-        from kafka.errors import KafkaError
-
-        client = self._connect(deadline)
+        """Log end offsets of these partitions of each leader; kafka-python's errors (a connection, a timeout) raise,
+        but a leader not ready within CONNECT_MS (gone, or unknown to this client yet) only loses its partitions."""
         out: EndOffsets = {}
-        sent: deque[Any] = deque()
-        unreachable: set[int] = set()
-        for leader, request in requests(by_leader):
-            if leader in unreachable:
-                continue
-            if len(sent) >= IN_FLIGHT:
-                out.update(_wait(client, sent.popleft(), deadline))
-            try:
-                client.await_ready(leader, timeout_ms=min(_left_ms(deadline), CONNECT_MS))
-                sent.append(client.send(leader, request))
-            except KafkaError:  # a leader gone (or unknown to this client yet): its partitions wait for the next fetch
-                unreachable.add(leader)
-        while sent:
-            out.update(_wait(client, sent.popleft(), deadline))
+        _exchange(self._connect(deadline), requests(by_leader), deadline, out.update, CONNECT_MS)
         return out
 
     def fetch(self, groups: Iterable[str], deadline: float, put: Put, answered: set[str]) -> None:
@@ -223,15 +208,9 @@ class GroupOffsetsClient:
         entry = OffsetFetchRequest.OffsetFetchRequestGroup
         batches = [(node, node_groups[start:start + BATCH_GROUPS]) for node, node_groups in by_node.items()
                    for start in range(0, len(node_groups), BATCH_GROUPS)]
-        sent: deque[Any] = deque()
-        for node, batch in batches:
-            if len(sent) >= IN_FLIGHT:
-                self._take(_wait(client, sent.popleft(), deadline), put, answered)
-            client.await_ready(node, timeout_ms=_left_ms(deadline))
-            sent.append(client.send(node, fast_offset_fetch(OffsetFetchRequest[8](
-                groups=[entry(group_id=g, topics=None) for g in batch], require_stable=False))))
-        while sent:
-            self._take(_wait(client, sent.popleft(), deadline), put, answered)
+        outgoing = ((node, fast_offset_fetch(OffsetFetchRequest[8](
+            groups=[entry(group_id=g, topics=None) for g in batch], require_stable=False))) for node, batch in batches)
+        _exchange(client, outgoing, deadline, lambda answer: self._take(answer, put, answered))
 
     def _take(self, answer: list[GroupAnswer], put: Put, answered: set[str]) -> None:
         """Hand on each group of one OffsetFetch answer; forget the coordinator of a group it moved away from."""
@@ -241,6 +220,30 @@ class GroupOffsetsClient:
             if group.error_code == 0:
                 put(group.group_id, group.read)
                 answered.add(group.group_id)
+
+
+def _exchange(client: Any, outgoing: Iterable[tuple[int, Any]], deadline: float, take: Callable[[Any], None],
+              connect_ms: int | None = None) -> None:
+    """Send each (node, request), at most IN_FLIGHT unanswered, and hand each answer to `take` in order. With
+    connect_ms, a node not ready within it is skipped with the rest of its requests; without, its error raises."""
+    from kafka.errors import KafkaError
+
+    sent: deque[Any] = deque()
+    unreachable: set[int] = set()
+    for node, request in outgoing:
+        if node in unreachable:
+            continue
+        if len(sent) >= IN_FLIGHT:
+            take(_wait(client, sent.popleft(), deadline))
+        try:
+            client.await_ready(node, timeout_ms=min(_left_ms(deadline), connect_ms or _left_ms(deadline)))
+            sent.append(client.send(node, request))
+        except KafkaError:
+            if connect_ms is None:
+                raise
+            unreachable.add(node)
+    while sent:
+        take(_wait(client, sent.popleft(), deadline))
 
 
 def _left_ms(deadline: float) -> int:
