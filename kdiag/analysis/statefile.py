@@ -36,6 +36,7 @@ LOCK_NAME = "lock"  # flock()ed by the daemon using the directory, for its whole
 MAX_BYTES = 32 << 20
 # Rewritten at least this often, so that `saved` says how long kdiag was away when it starts again.
 REFRESH_SECONDS = 60.0
+HOLDER_WRITE_SECONDS = 0.5  # how long a loser waits for the lock holder to write its pid
 # A diagnosis kept longer than max(this, its rule's `for`) is not restored: its condition may have ended meanwhile.
 RESTORE_WITHIN_SECONDS = 600.0
 
@@ -180,7 +181,7 @@ class StateFile:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 20, 0).decode("ascii", "replace").strip()
+            holder = self._holder(fd)
             os.close(fd)
             pid = f" (pid {holder})" if holder.isdigit() else ""
             raise StateDirBusy(f"state_dir {where} is in use by another kdiag{pid}: stop it, or give each kdiag "
@@ -188,6 +189,17 @@ class StateFile:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
+
+    @staticmethod
+    def _holder(fd: int) -> str:
+        """The pid the lock's holder wrote, or "" when it wrote none within HOLDER_WRITE_SECONDS."""
+        deadline = time.monotonic() + HOLDER_WRITE_SECONDS
+        while True:
+            # the holder writes its pid just after taking the lock: a loser racing it reads the file still empty
+            holder = os.pread(fd, 20, 0).decode("ascii", "replace").strip()
+            if holder or time.monotonic() > deadline:
+                return holder
+            time.sleep(0.01)
 
     def close(self) -> None:
         """Release the directory and its lock."""

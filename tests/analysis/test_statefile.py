@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -230,3 +231,17 @@ def test_two_writers_and_readers_in_processes_never_see_a_torn_file(tmp_path):
     holder = next(w.pid for w in writers if w.returncode == 0)
     assert [rc for rc, _ in outcomes] == [0, 3], outcomes
     assert f"state_dir '{d}' is in use by another kdiag (pid {holder})" in outcomes[1][1]
+
+
+def test_a_second_kdiag_racing_the_first_still_names_its_pid(tmp_path):
+    d = private_dir(tmp_path / "state")
+    held = os.open(d / statefile.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_EX)  # the holder has the lock but has not written its pid yet
+    writer = threading.Timer(0.1, os.pwrite, (held, b"4242\n", 0))
+    writer.start()
+    try:
+        with pytest.raises(statefile.StateDirBusy, match=r"in use by another kdiag \(pid 4242\)"):
+            StateFile(d / FILE_NAME, "h")
+    finally:
+        writer.join()
+        os.close(held)
