@@ -36,6 +36,13 @@ RELOADABLE = ("rules_dirs", "interval", "signal_window", "collector_timeout")
 ANSWER_TIMEOUT = max(probe_process.ANSWER_TIMEOUT, coordination.ANSWER_TIMEOUT)
 
 
+def _job() -> dict[str, object]:
+    """A job's scheduling: first run now, one at a time, the runs missed while it ran or the host stalled made one."""
+    # misfire_grace_time None: a run whose time passed while the whole host stalled (APScheduler's default allows
+    # 1 s) still runs when the scheduler wakes, instead of waiting out a second interval with nothing published.
+    return {"max_instances": 1, "coalesce": True, "misfire_grace_time": None, "next_run_time": datetime.now(UTC)}
+
+
 class Daemon:
     """`kdiag run`: collection on a schedule, the exporter serving the last published state."""
 
@@ -62,14 +69,11 @@ class Daemon:
         self.services.exporter.start()
         interval = self._interval()
         for i, background in enumerate(self.services.background):
-            self.scheduler.add_job(background.run, "interval", seconds=background.every, id=f"background-{i}",
-                                   max_instances=1, coalesce=True, next_run_time=datetime.now(UTC))
+            self.scheduler.add_job(background.run, "interval", seconds=background.every, id=f"background-{i}", **_job())
         for name, asked in (("probe-status", self.probe_status), ("coordination-poll", self.coordination_poll)):
             if asked:
-                self.scheduler.add_job(asked.run, "interval", seconds=interval, id=name, max_instances=1,
-                                       coalesce=True, next_run_time=datetime.now(UTC))
-        self.scheduler.add_job(self.step, "interval", seconds=interval, id="collect", max_instances=1,
-                               coalesce=True, next_run_time=datetime.now(UTC))
+                self.scheduler.add_job(asked.run, "interval", seconds=interval, id=name, **_job())
+        self.scheduler.add_job(self.step, "interval", seconds=interval, id="collect", **_job())
         self.scheduler.start()
         threading.Thread(target=self._watchdog, name="shutdown-watchdog", daemon=True).start()
         if self.services.probe:

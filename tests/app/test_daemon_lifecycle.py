@@ -240,6 +240,20 @@ def test_a_slowed_down_job_keeps_its_slower_pace_and_runs_at_once_when_sped_up(t
     assert background._runs == 3
 
 
+def test_a_cycle_due_while_the_host_stalled_runs_when_it_wakes(kdiag):
+    k = kdiag("--interval", "10s")
+    cycle = "kdiag_last_cycle_timestamp_seconds "
+    first = k.wait(lambda: k.metric(cycle), "a first cycle")
+    os.kill(k.proc.pid, signal.SIGSTOP)  # the whole process stalls, as on a host starved of CPU
+    assert time.time() < first + 8, "stopped too late to stall across the next cycle's time"
+    time.sleep(first + 13 - time.time())  # the stall: 3 s past the next cycle's time, beyond APScheduler's 1 s grace
+    woke = time.time()
+    os.kill(k.proc.pid, signal.SIGCONT)
+    ran = k.wait(lambda: (t := k.metric(cycle)) and t > first and t, "the cycle due during the stall")
+    # Not skipped to the cycle after (first + 20 s, 7 s after waking).
+    assert ran - woke < 5, (first, woke, ran)
+
+
 def test_healthz_turns_503_when_no_cycle_completes(tmp_path):
     published = Published(stale_after=0.5)
     assert published.health() == (503, b"starting\n")
