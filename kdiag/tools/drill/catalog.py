@@ -43,10 +43,17 @@ class Drill:
     shares: bool = False  # touches only its own subjects: may run beside other sharing drills
     # What must hold in at least one monitor state between the injection and the revert, by what it says.
     checks: dict[str, Callable[[State], bool]] = field(default_factory=dict)
+    # Causes the fault itself may make true besides the expected ones: rule id -> the subject regex it may fire on.
+    side_effects: dict[str, str] = field(default_factory=dict)
 
     def owns(self, rule: str, subject: str) -> bool:
         """Whether a diagnosis of `rule` on `subject` is this drill's to expect."""
         return rule in self.expected and re.fullmatch(self.subject, subject) is not None
+
+    def accounts_for(self, rule: str, subject: str) -> bool:
+        """Whether a diagnosis of `rule` on `subject` is expected of this drill or a side effect of its fault."""
+        effect = self.side_effects.get(rule)
+        return self.owns(rule, subject) or (effect is not None and re.fullmatch(effect, subject) is not None)
 
     def refusal(self, target: Target) -> str:
         """Why this drill cannot run against target ('' when it can)."""
@@ -320,7 +327,10 @@ DRILLS = [
     Drill("broker-kill", f"kill -9 broker {VICTIM_BROKER}, then start it", ["broker_down"], broker_kill,
           brokers=3, needs_lab=True, resolve_timeout=240, checks=BROKER_3_DOWN),
     Drill("broker-freeze", f"SIGSTOP broker {VICTIM_BROKER}, then SIGCONT", ["broker_down"], broker_freeze,
-          brokers=3, needs_lab=True, resolve_timeout=240, checks=BROKER_3_DOWN),
+          brokers=3, needs_lab=True, resolve_timeout=240, checks=BROKER_3_DOWN,
+          # The JVM times a collection by the clock: a SIGSTOP that lands in one (more likely on a loaded host, where
+          # collections run longer) counts as a pause of the whole stop, as a real stall of the process would.
+          side_effects={"broker_gc_pause_long": f"broker {VICTIM_BROKER}"}),
     Drill("follower-stopped", f"stop broker {VICTIM_BROKER} (controlled shutdown) under load, then start it",
           ["under_replicated_partitions", "broker_down"], follower_stopped, brokers=3, needs_lab=True,
           resolve_timeout=240, checks={**BROKER_3_DOWN, "broker 3's JMX endpoint down, the collectors up":

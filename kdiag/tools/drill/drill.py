@@ -18,7 +18,7 @@ from kdiag.analysis.catalog import Rule
 from kdiag.config.probe import ProbeConfig
 from kdiag.config.settings import load_config
 from kdiag.app.wiring import load_rules
-from kdiag.tools.drill.results import (DrillResult, active_of, false_attributions, first_time, owned_rows, owner,
+from kdiag.tools.drill.results import (DrillResult, accounted, active_of, false_attributions, first_time, owned_rows, owner,
                                  rule_for, waves)
 from kdiag.tools.drill.faults import Target, delete_leftover_topics, probe_running
 from kdiag.tools.drill.catalog import Drill
@@ -163,7 +163,7 @@ class Runner:
                     result.not_injected()
                 raise
             go = [(d, r, t) for d, r, t in ready if not r.error]
-            owned = owner([d for d, _, _ in go])
+            owned = accounted([d for d, _, _ in go])
             if len(go) == 1:
                 self._inject_and_revert(*go[0], baseline, owned)
                 return
@@ -327,6 +327,6 @@ def run_replay(drill: Drill, recording_dir: Path) -> DrillResult:
     causes = {d.rule.id for s in states for d in s.diagnoses if d.rule.kind == "cause"}
     result.measured(first_time(rows, drill.expected, ("pending", "firing"), start),
                     first_time(rows, drill.expected, ("firing",), start), None,
-                    false_attributions(rows, drill.owns, causes, set(), start), [],
+                    false_attributions(rows, drill.accounts_for, causes, set(), start), [],
                     Timeline.from_states(f"{drill.name}: {drill.summary}", states, drill.expected, None))
     return result

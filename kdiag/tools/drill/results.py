@@ -101,6 +101,11 @@ def owner(drills: list[Drill]) -> Callable[[str, str], bool]:
     return lambda rule, subject: any(d.owns(rule, subject) for d in drills)
 
 
+def accounted(drills: list[Drill]) -> Callable[[str, str], bool]:
+    """Whether a (rule, subject) is what one of the drills expects or names as a side effect of its fault."""
+    return lambda rule, subject: any(d.accounts_for(rule, subject) for d in drills)
+
+
 def owned_rows(rows: list[tuple[float, set[tuple[str, str, str]]]], drill: Drill) -> list[tuple[float, set[tuple[str, str, str]]]]:
     """The rows without the drill's expected rules on subjects it does not name (those detect nothing)."""
     return [(t, {(r, s, st) for r, s, st in active if r not in drill.expected or drill.owns(r, s)})

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kdiag.tools.drill.drill import Interrupted, Runner
-from kdiag.tools.drill.results import DrillResult, false_attributions, first_time, owned_rows, owner, table, waves
+from kdiag.tools.drill.results import DrillResult, accounted, false_attributions, first_time, owned_rows, owner, table, waves
 from kdiag.tools.drill.faults import Target, assignment
 from kdiag.tools.drill.catalog import BY_NAME, DRILLS, Drill, firing
 from kdiag.analysis.catalog import Rule
@@ -55,6 +55,17 @@ def test_a_cause_that_fires_unexpected_is_a_false_attribution_unless_it_was_acti
     assert false_attributions(ROWS, fsync, causes, baseline, 100.0) == ["forced_fsync_broker (broker 1)"]
     # Symptoms and lints are not attributions; pending is not firing.
     assert false_attributions(ROWS, fsync, {"forced_fsync"}, set(), 100.0) == []
+
+
+def test_a_side_effect_a_drill_names_is_no_false_attribution_on_its_subject_only():
+    causes = {"forced_fsync", "partition_skew", "broker_down", "forced_fsync_broker"}
+    down = Drill("d", "", ["broker_down"], side_effects={"forced_fsync_broker": "broker 1"})
+    assert false_attributions(ROWS, accounted([down]), causes, set(), 100.0) == [
+        "forced_fsync (t)", "partition_skew (u)"]
+    elsewhere = Drill("d", "", ["broker_down"], side_effects={"forced_fsync_broker": "broker 2"})
+    assert "forced_fsync_broker (broker 1)" in false_attributions(ROWS, accounted([elsewhere]), causes, set(), 100.0)
+    # A side effect is never what the drill detects, nor does it block its baseline.
+    assert not down.owns("forced_fsync_broker", "broker 1") and down.accounts_for("forced_fsync_broker", "broker 1")
 
 
 def test_in_a_wave_each_drill_owns_its_rules_on_its_subjects_only():
