@@ -206,6 +206,8 @@ def _start(d: Path, info: LabInfo, n: int) -> int:
                                         info.get("heap") or lab_nodes.heap(), info.get("jvm_opts", []))
         info["jmx"][str(n)] = f"{jmx_url(jmx_port)}@netns:{pid}"  # JMX answers in the container's namespace only
         return pid
+    if "zookeeper" in info:
+        lab_zookeeper.wait_unregistered(int(info["zookeeper"].rsplit(":", 1)[1]), n)
     return lab_nodes.start(d, n, jmx_port, lab_security.security_of(info), info.get("jvm_opts", []), info.get("heap"),
                            info.get("nofile"))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -52,7 +53,7 @@ def start(d: Path, port: int, timeout: float = 60) -> int:
     (z / "data").mkdir(parents=True, exist_ok=True)
     (z / "zoo.cfg").write_text(
         f"dataDir={z / 'data'}\nclientPort={port}\nclientPortAddress=127.0.0.1\ntickTime=2000\n"
-        "maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n"
+        "maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=srvr,dump\n"
     )
     cmd = ["java", "-Xmx128m", "-Dlog4j2.configurationFile=" + str(LABFILES / "log4j2.properties"),
            f"-Dkafka.logs.dir={z}", "-Dzookeeper.jmx.log4j.disable=true",
@@ -80,14 +81,41 @@ def start(d: Path, port: int, timeout: float = 60) -> int:
     raise LabError(f"ZooKeeper not answering on 127.0.0.1:{port} after {timeout:.0f}s: see {z}/server.log")
 
 
-def _answers(port: int) -> bool:
-    """Whether ZooKeeper answers the ruok four-letter word with imok."""
+def _four_letters(port: int, word: bytes) -> str | None:
+    """ZooKeeper's answer to a four-letter word, None when it does not answer."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            s.sendall(b"ruok")
-            return s.recv(4) == b"imok"
+            s.sendall(word)
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
     except OSError:
-        return False
+        return None
+    return b"".join(chunks).decode(errors="replace")
+
+
+def registered(port: int) -> set[int] | None:
+    """The broker ids ZooKeeper holds a registration for (ephemeral /brokers/ids/N), None when it does not answer."""
+    dump = _four_letters(port, b"dump")
+    if dump is None or "Sessions with Ephemerals" not in dump:  # not serving yet: its data is still loading
+        return None
+    return {int(m) for m in re.findall(r"^\s+/brokers/ids/(\d+)$", dump, re.MULTILINE)}
+
+
+def wait_unregistered(port: int, broker: int, timeout: float = 60) -> None:
+    """Wait until ZooKeeper drops a killed broker's registration: it lives until that broker's session expires
+    (zookeeper.session.timeout.ms, 18 s), and over a restart, so the broker started again finds it and exits."""
+    deadline = time.monotonic() + timeout
+    while (held := registered(port)) is None or broker in held:
+        if time.monotonic() > deadline:
+            raise LabError(f"ZooKeeper on 127.0.0.1:{port} still holds broker {broker}'s registration after "
+                           f"{timeout:.0f}s: is another broker {broker} connected to it?")
+        time.sleep(0.5)
+
+
+def _answers(port: int) -> bool:
+    """Whether ZooKeeper serves requests (it answers ruok with imok while its data is still loading)."""
+    return (_four_letters(port, b"srvr") or "").startswith("Zookeeper version")
 
 
 def stop(d: Path, timeout: float = 15) -> None:
