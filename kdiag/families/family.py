@@ -59,6 +59,11 @@ class Family:
         self._check(labels)
         return Sample(self.name, tuple(sorted((k, str(v)) for k, v in labels.items())), float(value), self.kind)
 
+    def labelled(self, value: float, labels: tuple[tuple[str, str], ...], /) -> Sample:
+        """One series value whose labels the caller built: the declared names, sorted, str values. For loops over
+        thousands of topics and groups, which build one labels tuple each for all its series (sample() costs 5x)."""
+        return Sample(self.name, labels, float(value), self.kind)
+
     def series(self, suffix: str, value: float, /, **labels: object) -> Sample:
         """One _bucket (with `le`), _sum or _count series of a histogram family."""
         if self.kind != HISTOGRAM or suffix not in HISTOGRAM_SUFFIXES:

@@ -11,6 +11,11 @@ COLLECTOR_SUCCESS = gauge("kdiag_collector_success", f"1 when the collector's la
                           "collector")
 COLLECTOR_DURATION_SECONDS = gauge("kdiag_collector_duration_seconds",
                                    f"how long the collector's last run took; {SCHEDULE_NOTE}", "collector")
+COLLECTOR_CPU_SECONDS_TOTAL = counter(
+    "kdiag_collector_cpu_seconds_total", "CPU the collector's completed runs cost since kdiag started: the thread that "
+    "ran them and the child process it keeps (the AdminClient's, JmxTool's), for what kdiag itself costs per source (not "
+    "kept for the coordination and probe services)",
+    "collector")
 COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS = gauge("kdiag_collector_last_success_timestamp_seconds",
                                                  f"when the collector last succeeded; {SCHEDULE_NOTE}", "collector")
 COLLECTOR_LAST_ERROR_INFO = gauge("kdiag_collector_last_error_info",

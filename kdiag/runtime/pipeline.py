@@ -39,6 +39,9 @@ class Health:
     last_success: float | None = None
     error: str = ""
     cpu: float = 0.0  # CPU seconds of the last run: its thread's, and its child process's (Collector.child_cpu_seconds)
+    # The same, summed over every run that completed since start; None where it is not measured (the coordination and
+    # probe services, whose health the daemon makes).
+    cpu_total: float | None = None
 
 
 class CollectorTimeout(Exception):
@@ -96,7 +99,7 @@ class CollectorSet:
 
     def __init__(self, collectors: list[Collector]):
         self.collectors = collectors
-        self.health: dict[str, Health] = {c.name: Health() for c in collectors}
+        self.health: dict[str, Health] = {c.name: Health(cpu_total=0.0) for c in collectors}
         self._worker: _Worker | None = None
         self._hung: dict[str, _Worker] = {}  # a collector's run past its deadline, and the worker it holds
 
@@ -121,7 +124,9 @@ class CollectorSet:
                 self.health[c.name] = replace(health, success=False, error=message,
                                               duration=time.perf_counter() - start)
                 continue
-            self.health[c.name] = Health(True, time.perf_counter() - start, root.now(), "", cpu + c.child_cpu_seconds)
+            cost = cpu + c.child_cpu_seconds
+            self.health[c.name] = Health(True, time.perf_counter() - start, root.now(), "", cost,
+                                          (health.cpu_total or 0.0) + cost)
             samples.extend(got)
         return samples
 
@@ -249,7 +254,7 @@ class Pipeline:
         sources = [*new, *(carried or ())]
         samples = fresh + [s for batch in carried or () for s in batch]
         self.cluster = cluster_of(samples, self.cluster_name, self.cluster)
-        self.history.add(t, fresh, carried or ())
+        self.history.add_batches(t, new, carried or ())
         signals = self.signals.compute(self.history, self.window)
         if self._hold:
             # One snapshot gives no rates: judging on it would resolve everything that needs them.

@@ -25,8 +25,8 @@ from kdiag.analysis.subject_cap import SubjectCap
 from kdiag.families import declared_family
 from kdiag.families.family import Family
 from kdiag.families.own import (
-    BUILD_INFO, CLUSTER_REPORTING, COLLECTOR_DURATION_SECONDS, COLLECTOR_ENABLED, COLLECTOR_LAST_ERROR_INFO,
-    COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, COLLECTOR_SUCCESS, CYCLE_INTERVAL_SECONDS, DIAGNOSIS_ACTIVE,
+    BUILD_INFO, CLUSTER_REPORTING, COLLECTOR_CPU_SECONDS_TOTAL, COLLECTOR_DURATION_SECONDS, COLLECTOR_ENABLED,
+    COLLECTOR_LAST_ERROR_INFO, COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS, COLLECTOR_SUCCESS, CYCLE_INTERVAL_SECONDS, DIAGNOSIS_ACTIVE,
     DIAGNOSIS_EVIDENCE, DIAGNOSIS_EXPLAINS, DIAGNOSIS_SUBJECTS, DIAGNOSIS_SUBJECTS_OMITTED, LAST_CYCLE_TIMESTAMP_SECONDS,
     OUTPUT_VALUES_SKIPPED_TOTAL, RENDER_ERRORS_TOTAL, SERIES_DROPPED_TOTAL,
 )
@@ -234,6 +234,7 @@ class StateCollector:
     def _health(self) -> list[Metric]:
         success = _declared(COLLECTOR_SUCCESS)
         duration = _declared(COLLECTOR_DURATION_SECONDS)
+        cpu = _declared(COLLECTOR_CPU_SECONDS_TOTAL)
         last = _declared(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS)
         error = _declared(COLLECTOR_LAST_ERROR_INFO)
         for name, h in sorted(self.state.health.items()):
@@ -241,6 +242,8 @@ class StateCollector:
             if not h.success and h.error:
                 error.add_sample(COLLECTOR_LAST_ERROR_INFO.name, {"collector": name, "reason": h.error[:MAX_REASON]}, 1.0)
             duration.add_sample(COLLECTOR_DURATION_SECONDS.name, {"collector": name}, h.duration)
+            if h.cpu_total is not None:
+                cpu.add_sample(COLLECTOR_CPU_SECONDS_TOTAL.name, {"collector": name}, h.cpu_total)
             if h.last_success is not None:
                 last.add_sample(COLLECTOR_LAST_SUCCESS_TIMESTAMP_SECONDS.name, {"collector": name}, h.last_success)
         cycle = _declared(LAST_CYCLE_TIMESTAMP_SECONDS)
@@ -248,7 +251,7 @@ class StateCollector:
         enabled = _declared(COLLECTOR_ENABLED)
         for name, on in sorted(self.collectors_enabled.items()):
             enabled.add_sample(COLLECTOR_ENABLED.name, {"collector": name}, float(on))
-        families = [success, duration, last, error, cycle, enabled]
+        families = [success, duration, cpu, last, error, cycle, enabled]
         if self.interval:
             # The liveness alert's yardstick (kdiag-alerts.yml, KdiagStale): a snapshot older than three is stale.
             every = _declared(CYCLE_INTERVAL_SECONDS)

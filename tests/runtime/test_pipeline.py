@@ -69,5 +69,7 @@ def test_the_set_closes_every_collector_and_counts_a_childs_cpu():
     collectors = CollectorSet([WithChild("child"), Counting("plain")])
     collectors.run(Root())
     assert collectors.health["child"].cpu >= 2.5 > collectors.health["plain"].cpu
+    collectors.run(Root())
+    assert 5.0 <= collectors.health["child"].cpu_total < 5.0 + 2 * (collectors.health["child"].cpu - 2.5) + 0.5
     collectors.close()
     assert closed == ["child"]

@@ -58,6 +58,18 @@ def test_render_metrics_parses(live_state):
     succeeded = {n for n, h in state.health.items() if h.success}
     assert {s.labels["collector"] for s in last} == succeeded
     assert all(s.value == state.health[s.labels["collector"]].last_success for s in last)
+    spent = {s.labels["collector"]: s.value for s in samples(fams, "kdiag_collector_cpu_seconds",
+                                                             "kdiag_collector_cpu_seconds_total")}
+    assert fams["kdiag_collector_cpu_seconds"].type == "counter"
+    assert spent == {n: h.cpu_total for n, h in state.health.items() if h.cpu_total is not None}
+    assert spent["processes"] > state.health["processes"].cpu > 0  # two runs: the total holds both
+    # A service's health, which the daemon makes, counts no CPU: no series, not a 0 that would read as free.
+    served = State(state.host, state.time, state.samples, {**state.health, "coordination": Health(True, 0.0, 1.0)},
+                   state.signals, state.diagnoses)
+    with_service = families(render_metrics(served).decode())
+    assert {s.labels["collector"] for s in samples(with_service, "kdiag_collector_cpu_seconds",
+                                                   "kdiag_collector_cpu_seconds_total")} == set(spent)
+    assert "coordination" in {s.labels["collector"] for s in samples(with_service, "kdiag_collector_success")}
     assert fams["kdiag_cpu_seconds"].type == "counter"
     cpu = samples(fams, "kdiag_cpu_seconds", "kdiag_cpu_seconds_total")
     assert cpu and {"cpu", "mode"} <= set(cpu[0].labels)
