@@ -92,7 +92,8 @@ class _KindHeld(NamedTuple):
 
     signals: dict[str, Signals]  # the kind's signals (the same object while SignalCache held them)
     reads: list[Signals]  # the global subjects its rules read
-    by_subject: dict[str, tuple[Signals, list[Rule]]]  # each subject's signals and the rules holding for it
+    # Each subject's signals, what its kind's conditions read of them, and the rules holding for it.
+    by_subject: dict[str, tuple[Signals, Signals, list[Rule]]]
     holding: list[tuple[Signals, list[Rule]]]  # the subjects some rule holds for
 
 
@@ -141,16 +142,19 @@ class Engine:
                 before = kind.by_subject if kind else {}
                 same_globals = kind is not None and kind.reads == reads
                 held = {}
+                fields = self._fields[each]
                 for sid, subject in subjects.items():
                     old = before.get(sid)
                     applied = rules if self._local(each, sid) else self._foreign_rules[each]
-                    # An idle topic or group keeps its signals from fetch to fetch: CEL runs only on change.
-                    if old and (old[0] is subject or old[0] == subject):
-                        held[sid] = old if same_globals else (subject, self._evaluate(
-                            applied, context, subject, each, [r for r in old[1] if r.id not in self._on_globals]))
+                    inputs = subject if fields is None else {k: subject[k] for k in fields if k in subject}
+                    # An idle topic or group keeps what the conditions read from fetch to fetch (a group's lag in
+                    # seconds moves, but no condition reads it): CEL runs only on change.
+                    if old and (old[0] is subject or old[1] == inputs):
+                        held[sid] = (subject, inputs, old[2] if same_globals else self._evaluate(
+                            applied, context, inputs, [r for r in old[2] if r.id not in self._on_globals]))
                     else:
-                        held[sid] = (subject, self._evaluate(applied, context, subject, each))
-                kind = _KindHeld(subjects, reads, held, [(subject, rules) for subject, rules in held.values() if rules])
+                        held[sid] = (subject, inputs, self._evaluate(applied, context, inputs))
+                kind = _KindHeld(subjects, reads, held, [(subject, rules) for subject, _, rules in held.values() if rules])
             held_now[each] = kind
             for subject, held_rules in kind.holding:
                 scope = {**globals_, "it": subject}
@@ -165,11 +169,11 @@ class Engine:
         """Whether host-scope rules apply to this subject: any but another host's broker."""
         return each != "broker" or self.local_brokers is None or sid in self.local_brokers
 
-    def _evaluate(self, rules: list[Rule], context: cel.Context, subject: Signals, each: str,
+    def _evaluate(self, rules: list[Rule], context: cel.Context, inputs: Signals,
                   kept: list[Rule] | None = None) -> list[Rule]:
-        """The rules holding for subject; with `kept` (those that held and read no global), only the others are run."""
-        fields = self._fields[each]
-        _put(context, {"it": subject if fields is None else {k: v for k, v in subject.items() if k in fields}})
+        """The rules holding for a subject whose conditions read `inputs`; with `kept` (those that held and read no
+        global), only the others are run."""
+        _put(context, {"it": inputs})
         if kept is None:
             return [rule for rule in rules if self._holds(rule, context)]
         ids = {r.id for r in kept}

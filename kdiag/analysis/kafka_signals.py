@@ -3,8 +3,10 @@ subject is broker_signals.py)."""
 
 from __future__ import annotations
 
-import itertools
+import bisect
 import math
+import operator
+from operator import itemgetter
 
 from kdiag.core.units import format_duration
 from kdiag.core.history import History, Points
@@ -169,36 +171,43 @@ def cluster_signals(history: History, window: float) -> dict[str, Signals]:
 })
 def group_signals(history: History, window: float) -> dict[str, Signals]:
     """Members, idle members, lag and its growth per consumer group."""
-    members = latest_per(history, KAFKA_CONSUMERGROUP_MEMBERS, "group")
+    members, member_changes = latest_and_changes(history, KAFKA_CONSUMERGROUP_MEMBERS)
+    stable, stable_changes = latest_and_changes(history, KAFKA_CONSUMERGROUP_STABLE)
     idle = latest_per(history, KAFKA_CONSUMERGROUP_IDLE_MEMBERS, "group")
     lag: dict[str, float] = {}
     growth: dict[str, float] = {}
-    for labels, points, _ in history.series(KAFKA_CONSUMERGROUP_LAG.name):
-        group = labels.get("group", "")
+    for group, points in history.series_of(KAFKA_CONSUMERGROUP_LAG.name, "group"):
         lag[group] = lag.get(group, 0.0) + points[-1][1]
         # Over minutes, not the signal window: the AdminClient reports lag every kafka.interval only.
         if (change := series_change(points, LAG_GROWTH_SECONDS)) and change[1] > 0:
             growth[group] = growth.get(group, 0.0) + change[0] / change[1]
-    stable = latest_per(history, KAFKA_CONSUMERGROUP_STABLE, "group")
-    churn: dict[str, list[float]] = {}
-    for family in (KAFKA_CONSUMERGROUP_MEMBERS, KAFKA_CONSUMERGROUP_STABLE):
-        for labels, points, _ in history.series(family.name):
-            if (changes := changes_per_minute(points, CHURN_SECONDS)) is not None:
-                churn.setdefault(labels.get("group", ""), []).append(changes)
     lag_seconds = largest_per_group(history, CONSUMER_LAG_SECONDS)
     catch_up_seconds = largest_per_group(history, CONSUMER_CATCH_UP_SECONDS)
-    return {g: put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
-                   lag_growth_per_second=growth.get(g), stable=stable.get(g),
-                   membership_changes_per_minute=sum(churn[g]) if g in churn else None,
-                   lag_seconds=lag_seconds.get(g), **catch_up(catch_up_seconds.get(g)))
-            for g, n in sorted(members.items())}
+    out = {}
+    for g, n in sorted(members.items()):
+        churn = [c for c in (member_changes.get(g), stable_changes.get(g)) if c is not None]
+        out[g] = put({"name": g}, members=n, idle_members=idle.get(g), lag_messages=lag.get(g),
+                     lag_growth_per_second=growth.get(g), stable=stable.get(g),
+                     membership_changes_per_minute=sum(churn) if churn else None,
+                     lag_seconds=lag_seconds.get(g), **catch_up(catch_up_seconds.get(g)))
+    return out
+
+
+def latest_and_changes(history: History, family: Family) -> tuple[dict[str, float], dict[str, float]]:
+    """Per group, the latest value of a gauge and how often it changed per minute (changes_per_minute)."""
+    latest: dict[str, float] = {}
+    changes: dict[str, float] = {}
+    for group, points in history.series_of(family.name, "group"):
+        latest[group] = points[-1][1]
+        if (n := changes_per_minute(points, CHURN_SECONDS)) is not None:
+            changes[group] = n
+    return latest, changes
 
 
 def largest_per_group(history: History, family: Family) -> dict[str, float]:
     """Per group, the largest latest value of a gauge over its topics."""
     out: dict[str, float] = {}
-    for labels, points, _ in history.series(family.name):
-        group = labels.get("group", "")
+    for group, points in history.series_of(family.name, "group"):
         out[group] = max(out.get(group, -math.inf), points[-1][1])
     return out
 
@@ -214,11 +223,13 @@ def catch_up(seconds: float | None) -> dict[str, float | str]:
 
 def changes_per_minute(points: Points, seconds: float) -> float | None:
     """How often a gauge changed value per minute over the last `seconds`; None before a minute of points."""
-    recent = [(t, v) for t, v in points if t >= points[-1][0] - seconds]
+    recent = points[bisect.bisect_left(points, points[-1][0] - seconds, key=itemgetter(0)):]
     span = recent[-1][0] - recent[0][0]
     if span < 60.0:
         return None
-    return sum(1 for (_, a), (_, b) in itertools.pairwise(recent) if a != b) / (span / 60.0)
+    values = [v for _, v in recent]
+    changes: int = sum(map(operator.ne, values, values[1:]))
+    return changes / (span / 60.0)
 
 
 @subject("probe", {

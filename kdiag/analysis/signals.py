@@ -74,7 +74,7 @@ def rates_per(history: History, family: Family, window: float, label: str, where
 
 def latest_per(history: History, family: Family, label: str) -> dict[str, float]:
     """Latest values of one gauge keyed by one label."""
-    return {k[0]: v for k, v in latest_by(history, family, label).items()}
+    return {value: points[-1][1] for value, points in history.series_of(family.name, label)}
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

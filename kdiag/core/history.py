@@ -22,13 +22,13 @@ class History:
         self.retention = retention
         self._points: dict[Key, Points] = {}
         self._kinds: dict[Key, SampleKind] = {}
-        # Per carried batch (a list of samples fetched earlier, already added), its keys: a batch is carried cycle after
-        # cycle as the same list, so its keys are made once. A carried series is present without a new point, so rates
-        # over Kafka's fetches see real steps, not a staircase of repeated values.
+        # The latest add's batches (lists of samples) with their keys: a source's list is handed cycle after cycle as
+        # the same list until its job runs again (Kafka's fetch), so its keys are made once and it is walked only when
+        # it comes or goes. A batch seen before gets no new point, so rates over Kafka's fetches see real steps, not a
+        # staircase of repeated values.
         self._batches: list[tuple[list[Sample], dict[Key, Sample]]] = []
-        self._fresh: set[Key] = set()  # the series of the latest snapshot's own samples
-        self._carried: dict[Key, int] = {}  # the series of the batches it carried, and in how many of them
-        self._gone: set[Key] = set()  # carried series whose points aged out: absent until the next add gives one
+        self._present_in: dict[Key, int] = {}  # the series of the latest add's batches, and in how many of them
+        self._gone: set[Key] = set()  # present series whose points aged out: absent until the next add gives one
         # Insertion-ordered, unlike a set: sums and ties (the busiest CPU) must not depend on the hash seed.
         self._by_name: dict[str, dict[Key, None]] = {}
         self._appended: deque[tuple[float, list[Key]]] = deque()  # per add, the series that got a point
@@ -39,38 +39,47 @@ class History:
         self.latest_time: float | None = None
 
     def add(self, t: float, samples: Iterable[Sample], carried: Iterable[list[Sample]] = ()) -> None:
-        """Append one snapshot taken at time t, mark the carried batches' samples present (a point only for a series
-        it does not hold), and drop what is older than the retention."""
+        """Append one snapshot taken at time t: a point for each sample, the carried batches' series present (a point
+        only for a series it does not hold), and drop what is older than the retention."""
+        self.add_batches(t, [list(samples)], carried)
+
+    def add_batches(self, t: float, new: Iterable[list[Sample]], carried: Iterable[list[Sample]] = ()) -> None:
+        """Append one snapshot taken at time t as lists of samples: each series of a new list gets a point, a carried
+        list (one an earlier add had) marks its series present (a point only for a series it does not hold)."""
         appended: list[Key] = []
-        fresh: set[Key] = set()
-        for s in samples:
-            key = (s.name, s.labels)
-            self._append(t, key, s, appended)
-            fresh.add(key)
-        points = self._points
+        held = {id(known[0]): known for known in self._batches}
         batches = []
+        points, kinds, by_name, append = self._points, self._kinds, self._by_name, appended.append
+        for batch in new:
+            keys = {}
+            for s in batch:  # _append, inline: 70,000 series a Kafka fetch
+                key = (s.name, s.labels)
+                keys[key] = s
+                kept = points.get(key)
+                if kept is None:
+                    kept = points[key] = []
+                    by_name.setdefault(s.name, {})[key] = None
+                    kinds[key] = s.kind
+                kept.append((t, s.value))
+                append(key)
+            batches.append((batch, keys))
         for batch in carried:
-            known = next((b for b in self._batches if b[0] is batch), None)
-            if known is None:
+            known = held.get(id(batch))
+            if known is None:  # a list this history never had
                 known = (batch, {(s.name, s.labels): s for s in batch})
                 for key, s in known[1].items():
-                    if key not in points:  # a batch this history never had as fresh samples
+                    if key not in self._points:
                         self._append(t, key, s, appended)
             batches.append(known)
-        entered, left = self._recount(batches)
-        before, self._fresh, self._batches = self._fresh, fresh, batches
-        # Only a series that entered or left the fresh or the carried ones may have appeared or vanished: a cycle
-        # looks at those, not at the 66,000 series a fetch carries.
-        carried_now = self._carried
-        changed = set()
-        for key in itertools.chain(fresh.symmetric_difference(before), entered, left):
-            was = key in before or key in left or (key in carried_now and key not in entered)
-            if was != (key in fresh or key in carried_now):
-                changed.add(key[0])
-        for key in self._gone & self._carried.keys():
+        entered, left = self._recount(held, batches)
+        self._batches = batches
+        present = self._present_in
+        for key in self._gone & present.keys():
             if key not in points:
                 self._append(t, key, next(keys[key] for _, keys in batches if key in keys), appended)
         self._gone = set()
+        changed = {key[0] for key in entered}
+        changed.update(key[0] for key in left)
         changed.update(key[0] for key in appended)
         self._appended.append((t, appended))
         self.latest_time = t
@@ -89,22 +98,22 @@ class History:
         for name in changed:
             self.versions[name] = self.versions.get(name, 0) + 1
 
-    def _recount(self, batches: list[tuple[list[Sample], dict[Key, Sample]]]) -> tuple[set[Key], set[Key]]:
-        """Count each carried series over the new batches; the series that entered the carried ones, and those that
-        left. Only batches that came or went are walked (ids compare identity: the last add's batches are still held,
-        so no new list can share an id with one)."""
-        counts, entered, left = self._carried, set(), set()
-        old = {id(b): keys for b, keys in self._batches}
-        new = {id(b): keys for b, keys in batches}
-        for i, keys in new.items():
-            if i not in old:
+    def _recount(self, held: dict[int, tuple[list[Sample], dict[Key, Sample]]],
+                 batches: list[tuple[list[Sample], dict[Key, Sample]]]) -> tuple[set[Key], set[Key]]:
+        """Count each series over the new batches; the series that appeared, and those that vanished. Only batches
+        that came or went are walked (ids compare identity: the last add's batches are still held, so no new list can
+        share an id with one), the new ones first, so a series in both a batch that came and one that went stays."""
+        counts, entered, left = self._present_in, set(), set()
+        now = {id(b): keys for b, keys in batches}
+        for i, keys in now.items():
+            if i not in held:
                 for key in keys:
                     n = counts.get(key, 0)
                     counts[key] = n + 1
                     if not n:
                         entered.add(key)
-        for i, keys in old.items():
-            if i not in new:
+        for i, (_, keys) in held.items():
+            if i not in now:
                 for key in keys:
                     if n := counts[key] - 1:
                         counts[key] = n
@@ -115,7 +124,7 @@ class History:
 
     def _present(self, key: Key) -> bool:
         # Its points are gone once they aged out; until the next add gives it one, it is absent.
-        return (key in self._fresh or key in self._carried) and key in self._points
+        return key in self._present_in and key in self._points
 
     def read_names(self) -> set[str]:
         """Start noting the names read (series, recent_series, latest, rate) into the returned set, until stop_reading."""
@@ -137,16 +146,25 @@ class History:
         if points is None:
             points = self._points[key] = []
             self._by_name.setdefault(s.name, {})[key] = None
-        self._kinds[key] = s.kind
+            self._kinds[key] = s.kind
         points.append((t, s.value))
 
     def series(self, name: str) -> Iterator[tuple[dict[str, str], Points, SampleKind]]:
         """(labels, points, kind) of every series with this name present in the latest snapshot."""
         self.note_read(name)
-        fresh, carried = self._fresh, self._carried
+        present = self._present_in
         for key in self._by_name.get(name, ()):
-            if key in fresh or key in carried:
+            if key in present:
                 yield dict(key[1]), self._points[key], self._kinds[key]
+
+    def series_of(self, name: str, label: str) -> Iterator[tuple[str, Points]]:
+        """(one label's value, '' without it; points) of every series with this name present in the latest snapshot:
+        series() without a dict of labels per series (10,000 groups' series, read by several signals each)."""
+        self.note_read(name)
+        present, points = self._present_in, self._points
+        for key in self._by_name.get(name, ()):
+            if key in present:
+                yield next((v for k, v in key[1] if k == label), ""), points[key]
 
     def recent_series(self, name: str) -> Iterator[tuple[dict[str, str], Points]]:
         """(labels, points) of every series with this name seen within the retention, absent now or not."""

@@ -467,3 +467,19 @@ def test_a_rule_reading_the_subject_whole_gets_every_signal(tmp_path):
     engine = Engine(rules_from(tmp_path, whole))
     judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5.0}, cpus=1.0))
     assert [d.rule.id for d in judged.current()] == ["plain"]
+
+
+def test_a_subject_whose_unread_signals_moved_is_not_judged_again_but_its_diagnosis_shows_them(tmp_path, monkeypatch):
+    engine = Engine(rules_from(tmp_path, NIC_RULE))
+    judged = engine.evaluate(EngineState(), 0, signals({"eth0": 5000.0}))
+    runs: list[str] = []
+    holds = engine._holds
+    monkeypatch.setattr(engine, "_holds", lambda rule, context: runs.append(rule.id) or holds(rule, context))
+    moved = signals({"eth0": 5000.0})
+    moved["nic"]["eth0"]["rx_avg_packet_bytes"] = 80.0  # read by the summary and evidence, not by the condition
+    judged = engine.evaluate(judged, 30, moved)
+    (d,) = [d for d in judged.current() if d.rule.id == "busy_nic"]
+    assert runs == [] and (d.state, d.since) == ("firing", 0)
+    assert "80.0 B avg" in d.summary and d.evidence["rx_avg_packet_bytes"] == 80.0
+    judged = engine.evaluate(judged, 35, signals({"eth0": 10.0}))
+    assert runs == ["busy_nic"] and [d.rule.id for d in judged.current()] == []

@@ -132,9 +132,9 @@ def test_drop_before_keeps_the_points_at_or_after_the_horizon():
 
 
 def test_presence_and_versions_follow_fresh_and_carried_batches_as_a_naive_model_does():
-    """Sources whose lists come fresh, are carried, replaced or dropped in any order: each add's present series are
-    those of its fresh samples and carried batches, and a name's version moves whenever one of its series appeared,
-    vanished or got a point (checked against sets made from scratch each add)."""
+    """Sources whose lists come new, are carried (the same list an earlier add had new), replaced or dropped in any
+    order: each add's present series are those of its new and carried lists, and a name's version moves whenever one
+    of its series appeared, vanished or got a point (checked against sets made from scratch each add)."""
     rng = random.Random(7)
     h = History(retention=1e9)
     lists: dict[str, list] = {}
@@ -155,7 +155,7 @@ def test_presence_and_versions_follow_fresh_and_carried_batches_as_a_naive_model
         before_versions = dict(h.versions)
         before_points = {n: [(dict(labels), list(points)) for labels, points, _ in h.series(n)]
                          for n in (f"{x}_{i}" for x in "abcd" for i in range(3))}
-        h.add(t, fresh, carried)
+        h.add_batches(t, [lists[source] for source in fresh_sources], carried)
         present = {(s.name, s.labels) for s in fresh} | {(s.name, s.labels) for batch in carried for s in batch}
         for name in (f"{x}_{i}" for x in "abcd" for i in range(3)):
             got = {tuple(sorted(labels.items())) for labels, _, _ in h.series(name)}

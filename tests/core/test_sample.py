@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kdiag.core.sample import LabelPool, sample
+from kdiag.core.sample import LabelPool, Sample, sample
 
 
 def test_a_series_keeps_the_labels_object_of_its_first_batch():
@@ -20,3 +20,12 @@ def test_a_series_absent_from_a_batch_is_forgotten():
     pool.shared([sample("a", 1, group="h")])
     third = pool.shared([sample("a", 1, group="g")])
     assert third[0].labels == first[0].labels and third[0].labels is not first[0].labels
+
+
+def test_a_series_made_with_the_canonical_labels_is_kept_as_it_is():
+    pool = LabelPool()
+    first = pool.shared([sample("a", 1, group="g")])
+    labels = pool.canonical((("group", "g"),))
+    made = Sample("a", labels, 2.0)
+    assert labels is first[0].labels and pool.shared([made])[0] is made
+    assert pool.canonical((("group", "new"),)) == (("group", "new"),)
