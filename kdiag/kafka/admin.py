@@ -13,15 +13,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypedDict
+from typing import Any
 
-from kdiag.kafka.committed import Committed, CommittedCache
+from kdiag.kafka.committed import CommittedCache
+from kdiag.kafka.configs import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigCache, Configs, pick
 from kdiag.kafka.end_offsets import EndOffsets
-from kdiag.kafka.group_offsets import BatchedOffsets
+from kdiag.kafka.group_offsets import BatchedReads
+from kdiag.kafka.metadata_answer import shared_ids
 from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.partition_lag import TopPartitions
-from kdiag.kafka.state import AdminState, Broker, ConfigSources, ConfigValues, Group, Partition, Topic, TopicLag
+from kdiag.kafka.state import AdminState, Broker, Group, Partition, Topic
 
 # AdminClient.list_offsets makes a Python future per partition (0.63 s of CPU at 10k partitions), and one
 # offsets_for_times call over all of them costs 0.45 s (librdkafka matches each answer by a linear search);
@@ -32,33 +35,6 @@ OFFSETS_BATCH = 500
 # fetch of the offset_fetch mode reads in a few seconds (1,000 groups at 1.3% of a core).
 FALLBACK_GROUPS = 500
 FALLBACK_SECONDS = 1.0  # time a fetch must have left for a request a group after a batched read was cut short
-TOPIC_CONFIGS = (
-    "flush.messages",
-    "flush.ms",
-    "min.insync.replicas",
-    "unclean.leader.election.enable",
-    "retention.ms",
-    "retention.bytes",
-    "segment.bytes",
-    "segment.ms",
-)
-BROKER_CONFIGS = (
-    "log.flush.interval.messages",
-    "log.flush.interval.ms",
-    # flush.ms and log.flush.interval.ms are only enforced by the flush scheduler, which never runs by default.
-    "log.flush.scheduler.interval.ms",
-    "num.io.threads",
-    "num.network.threads",
-    "socket.send.buffer.bytes",
-    "socket.receive.buffer.bytes",
-    "socket.request.max.bytes",
-    "log.dirs",
-    "auto.leader.rebalance.enable",
-    "num.partitions",
-    "default.replication.factor",
-    "min.insync.replicas",
-)
-
 log = logging.getLogger(__name__)
 _said: set[str] = set()
 
@@ -85,17 +61,15 @@ def _results(futures: dict[Any, Future[Any]], deadline: float) -> dict[Any, Any]
 
     out = {}
     for key, future in futures.items():
-        # One refused or unanswered item (a topic deleted meanwhile, an offline partition) only loses that item.
-        with contextlib.suppress(KafkaException):
-            out[key] = future.result(timeout=_left(deadline))
+        # One refused or unanswered item (a topic deleted meanwhile, an offline partition) only loses that item. Its
+        # error is looked at, not raised: a raised one's traceback would tie this frame, and the AdminClient, into a
+        # cycle that the garbage collector may free on a librdkafka thread, which aborts the process.
+        error = future.exception(timeout=_left(deadline))
+        if error is None:
+            out[key] = future.result()
+        elif not isinstance(error, KafkaException):
+            raise error
     return out
-
-
-class PickedConfigs(TypedDict):
-    """The wanted config entries of one topic or broker: raw values, and where the set ones come from."""
-
-    values: ConfigValues
-    sources: ConfigSources
 
 
 def _cluster(admin: Any, deadline: float) -> tuple[str | None, int, list[Broker]]:
@@ -105,25 +79,22 @@ def _cluster(admin: Any, deadline: float) -> tuple[str | None, int, list[Broker]
     return desc.cluster_id, desc.controller.id if desc.controller else -1, sorted(brokers, key=lambda b: b["id"])
 
 
-def _topics(admin: Any, deadline: float) -> dict[str, Topic]:
-    """Partitions (leader, replicas, isr) of every non-internal topic, from one metadata request."""
+def _topics(admin: Any, deadline: float, batch: BatchedReads | None = None) -> dict[str, Topic]:
+    """Partitions (leader, replicas, isr) of every non-internal topic, from one metadata request: kdiag decodes its
+    answer where `batch` can be had (kafka/metadata_answer.py), else librdkafka."""
+    if batch is not None and (decoded := batch.topics(deadline)) is not None:
+        return decoded
     metadata = admin.list_topics(timeout=_left(deadline))
     # Partitions share a few replica sets: one list per set, which the answer's marshal frame keeps shared (100,000
     # partitions on 6 brokers: 120 lists, not 200,000), so the daemon reads and holds them once. Nothing changes them.
     lists: dict[tuple[int, ...], list[int]] = {}
-
-    def shared(ids: list[int]) -> list[int]:
-        key = tuple(ids)
-        if (kept := lists.get(key)) is None:
-            kept = lists[key] = list(key)
-        return kept
-
     topics: dict[str, Topic] = {}
     for name, topic in sorted(metadata.topics.items()):
         if name.startswith("__"):
             continue
         partitions: list[Partition] = [
-            {"partition": p.id, "leader": p.leader, "replicas": shared(p.replicas), "isr": shared(p.isrs),
+            {"partition": p.id, "leader": p.leader, "replicas": shared_ids(lists, tuple(p.replicas)),
+             "isr": shared_ids(lists, tuple(p.isrs)),
              "log_end_offset": None}
             for p in topic.partitions.values()
         ]
@@ -131,43 +102,38 @@ def _topics(admin: Any, deadline: float) -> dict[str, Topic]:
     return topics
 
 
-def _configs(admin: Any, topics: list[str], brokers: list[int],
-             deadline: float) -> tuple[dict[str, PickedConfigs], dict[str, PickedConfigs]]:
-    """Wanted topic and broker configs as raw strings; one request per broker, topics ride on the first."""
+def _configs(admin: Any, deadline: float, batch: BatchedReads | None) -> Callable[[list[str], list[int]], Configs]:
+    """A reader of the wanted configs of topics and brokers (brokers in id order): asked by name where `batch` can,
+    else every entry through librdkafka's describe_configs, one request per broker (topics ride on the first)."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    topic_res = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
-    broker_res = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
-    # librdkafka allows only one BROKER resource per DescribeConfigs call.
-    batches = [topic_res + broker_res[:1]] + [[r] for r in broker_res[1:]] if broker_res else [topic_res]
-    futures = {}
-    for batch in batches:
-        if batch:
-            futures.update(admin.describe_configs(batch, request_timeout=_left(deadline)))
-    got = _results(futures, deadline)
-    topic_configs: dict[str, PickedConfigs] = {}
-    broker_configs: dict[str, PickedConfigs] = {}
-    for res, entries in got.items():
-        if res.restype == ResourceType.TOPIC:
-            topic_configs[res.name] = _pick(entries, TOPIC_CONFIGS)
-        else:
-            broker_configs[res.name] = _pick(entries, BROKER_CONFIGS)
-    return topic_configs, dict(sorted(broker_configs.items(), key=lambda kv: int(kv[0])))
+    def described(topics: list[str], brokers: list[int]) -> Configs:
+        topic_res = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+        broker_res = [ConfigResource(ResourceType.BROKER, str(b)) for b in brokers]
+        # librdkafka allows only one BROKER resource per DescribeConfigs call.
+        batches = [topic_res + broker_res[:1]] + [[r] for r in broker_res[1:]] if broker_res else [topic_res]
+        futures = {}
+        for resources in batches:
+            if resources:
+                futures.update(admin.describe_configs(resources, request_timeout=_left(deadline)))
+        out: Configs = ({}, {})
+        for res, got in _results(futures, deadline).items():
+            topic = res.restype == ResourceType.TOPIC
+            names = TOPIC_CONFIGS if topic else BROKER_CONFIGS
+            out[0 if topic else 1][res.name] = pick(
+                {n: (e.value, e.source, e.is_sensitive) for n in names if (e := got.get(n)) is not None}, names)
+        return out
 
+    def read(topics: list[str], brokers: list[int]) -> Configs:
+        got = batch.configs(topics, brokers, deadline) if batch is not None else None
+        topic_configs, broker_configs = got if got is not None else described(topics, brokers)
+        return topic_configs, dict(sorted(broker_configs.items(), key=lambda kv: int(kv[0])))
 
-def _pick(entries: dict[str, Any], names: tuple[str, ...]) -> PickedConfigs:
-    """The named config entries' raw values (None where Kafka reports null) and where the set ones come from."""
-    from confluent_kafka.admin import ConfigSource
-
-    # A sensitive entry's value is never stored (recordings travel); Kafka reports it as null anyway.
-    picked = [entries[n] for n in names if n in entries and not entries[n].is_sensitive]
-    # A topic inheriting a broker value reports the broker's source (e.g. DYNAMIC_DEFAULT_BROKER_CONFIG), not its own.
-    sources = {e.name: ConfigSource(e.source).name for e in picked if e.source != ConfigSource.DEFAULT_CONFIG.value}
-    return {"values": {e.name: e.value for e in picked}, "sources": sources}
+    return read
 
 
 def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float,
-                     batch: BatchedOffsets | None) -> EndOffsets:
+                     batch: BatchedReads | None) -> EndOffsets:
     """Latest offset of every partition with a leader: per leader, in ListOffsets of many partitions through `batch`
     where it can be had, else OFFSETS_BATCH partitions per offsets_for_times call, so that each call is one ListOffsets
     (librdkafka splits a call by leader: mixed batches made one request per broker per call, about 1,200 a fetch at
@@ -196,7 +162,7 @@ def _log_end_offsets(consumer: Any, topics: dict[str, Topic], deadline: float,
 
 
 def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: CommittedCache,
-            view: OffsetsView | None, top: TopPartitions, batch: BatchedOffsets | None) -> dict[str, Group]:
+            view: OffsetsView | None, top: TopPartitions, batch: BatchedReads | None) -> dict[str, Group]:
     """State, member count and lag (per topic: sum and largest partition) of every consumer group; committed offsets
     from the view of __consumer_offsets when given (with each group's last commit time), else OffsetFetch (batched per
     coordinator through `batch` where it can be, a group a request for the rest). While the
@@ -255,54 +221,13 @@ def _groups(admin: Any, topics: dict[str, Topic], deadline: float, committed: Co
         else:
             continue
         read_offsets, last = read.offsets(g) if read is not None else (committed.get(g), None)
-        groups[g] = {"state": state, "members": len(members), "lag": _lag(read_offsets, ends)}
-        top.add(g, read_offsets, ends)
+        groups[g] = {"state": state, "members": len(members), "lag": top.add(g, read_offsets, ends)}
         if last is not None:
             groups[g]["last_commit"] = last
         if state == "STABLE":  # while a group rebalances, every member's assignment may be empty
             # A member beyond the partition count gets an empty assignment and reads nothing.
             groups[g]["idle_members"] = sum(1 for m in members if not (m.assignment and m.assignment.topic_partitions))
     return groups
-
-
-def _lag(committed: Committed, ends: dict[str, dict[int, int | None]]) -> dict[str, TopicLag]:
-    """Per topic, the group's lag summed over its committed partitions and the largest partition lag."""
-    lag: dict[str, TopicLag] = {}
-    for topic, offsets in sorted(committed.items()):
-        topic_ends = ends.get(topic, {})
-        total = largest = 0
-        known = False
-        for partition, offset in offsets:
-            if (end := topic_ends.get(partition)) is None:
-                continue
-            known = True
-            if end > offset:
-                total += end - offset
-                largest = max(largest, end - offset)
-        if known:
-            lag[topic] = {"sum": total, "max": largest}
-    return lag
-
-
-class ConfigCache:
-    """Topic and broker configs, re-read every `interval` seconds; a topic not seen before is read at once."""
-
-    def __init__(self, interval: float):
-        self.interval = interval
-        self._at = -float("inf")
-        self._topics: dict[str, PickedConfigs] = {}
-        self._brokers: dict[str, PickedConfigs] = {}
-
-    def get(self, admin: Any, topics: list[str], brokers: list[int],
-            deadline: float) -> tuple[dict[str, PickedConfigs], dict[str, PickedConfigs]]:
-        """(topic configs, broker configs) as _configs returns them, from the cluster when due."""
-        if time.monotonic() - self._at >= self.interval or sorted(self._brokers, key=int) != [str(b) for b in brokers]:
-            self._topics, self._brokers = _configs(admin, topics, brokers, deadline)
-            self._at = time.monotonic()
-        elif new := [t for t in topics if t not in self._topics]:
-            self._topics.update(_configs(admin, new, [], deadline)[0])
-        self._topics = {t: c for t, c in self._topics.items() if t in topics}
-        return self._topics, self._brokers
 
 
 def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
@@ -313,18 +238,18 @@ def _on_broker(topics: dict[str, Topic], broker: int | None) -> list[str]:
 def fetch_admin_state(admin: Any, consumer: Any, timeout: float, configs: ConfigCache | None = None,
                       committed: CommittedCache | None = None, full: bool = True,
                       local_broker: int | None = None, view: OffsetsView | None = None,
-                      top_partitions: int = 0, batch: BatchedOffsets | None = None) -> AdminState:
+                      top_partitions: int = 0, batch: BatchedReads | None = None) -> AdminState:
     """Cluster, topics, configs and consumer groups (every partition: totals and lag need them) within timeout.
     Not full (a daemon that does not report cluster scope): cluster and metadata, and the configs of the local broker
     (every broker's without one: its host-scope rules look at them all) and its topics; no end offsets, no groups."""
     deadline = time.monotonic() + timeout
     cluster_id, controller_id, cluster_brokers = _cluster(admin, deadline)
-    topics = _topics(admin, deadline)
+    topics = _topics(admin, deadline, batch)
     brokers = [b["id"] for b in cluster_brokers]
     if not full:
         brokers = [b for b in brokers if local_broker is None or b == local_broker]
     topic_configs, broker_configs = (configs or ConfigCache(0)).get(
-        admin, list(topics) if full else _on_broker(topics, local_broker), brokers, deadline)
+        list(topics) if full else _on_broker(topics, local_broker), brokers, _configs(admin, deadline, batch))
     ends = _log_end_offsets(consumer, topics, deadline, batch) if full else {}
     for name, topic in topics.items():
         if picked := topic_configs.get(name):

@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kdiag.kafka.admin import ConfigCache, KafkaAdminError, fetch_admin_state
+from kdiag.kafka.admin import KafkaAdminError, fetch_admin_state
+from kdiag.kafka.configs import ConfigCache
 from kdiag.kafka.committed import CommittedCache
 from kdiag.kafka.client import ClientSettings, ErrorLog
-from kdiag.kafka.group_offsets import BatchedOffsets
+from kdiag.kafka.group_offsets import BatchedReads
 from kdiag.kafka.offsets_topic import OffsetsView
 from kdiag.kafka.record_time import RecordTimes
 from kdiag.kafka.state import AdminState
@@ -35,7 +36,7 @@ class AdminSession:
         self._consumer: Any = None
         self.record_times = RecordTimes(self._conf)
         self.view = OffsetsView()  # the __consumer_offsets reader's table, as the collector passes it on
-        self.batch = BatchedOffsets(settings, bootstrap_servers, timeout)
+        self.batch = BatchedReads(settings, bootstrap_servers, timeout)
 
     def _conf(self, **extra: object) -> dict[str, Any]:
         return self.settings.client_conf(self.bootstrap_servers, "kdiag", self.errors, self.timeout,

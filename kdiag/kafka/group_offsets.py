@@ -3,7 +3,8 @@
 librdkafka's admin API reads one group per call: a FindCoordinator and an OffsetFetch for each of 10,000 groups every
 fetch. kafka-python's protocol classes take many groups a request, so this sends one batched FindCoordinator (KIP-699)
 for the groups whose coordinator is not known yet and one OffsetFetch per coordinator and BATCH_GROUPS groups; the
-same client asks log end offsets (kafka/end_offsets.py).
+same client asks log end offsets (kafka/end_offsets.py), every topic's partitions (kafka/metadata_answer.py) and the
+configs kdiag reads, by name (kafka/configs.py).
 It is used when the `kafka.client` properties translate to kafka-python's settings and the brokers answer
 OffsetFetch v8; the groups it could not read in a fetch (their coordinator moved or is loading) are read the old way.
 """
@@ -17,8 +18,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from kdiag.kafka.client import ClientSettings
+from kdiag.kafka.configs import Configs, take_answer
+from kdiag.kafka.configs import requests as config_requests
 from kdiag.kafka.end_offsets import PARTITIONS_PER_REQUEST, VERSION, EndOffsets, requests
+from kdiag.kafka.metadata_answer import request as metadata_request
 from kdiag.kafka.offset_fetch_answer import fast_offset_fetch, GroupAnswer
+from kdiag.kafka.state import Topic
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +67,10 @@ def batch_settings(settings: ClientSettings, bootstrap: str, timeout: float) -> 
     return conf
 
 
-class BatchedOffsets:
-    """Batched reads when they can be had: the client settings translate and the brokers answer v8. A failed read
-    returns nothing (the caller reads those groups the old way) and is logged; whether they can be had is logged once."""
+class BatchedReads:
+    """Reads through kafka-python's client and kdiag's codecs (committed offsets, end offsets, topics, configs) when
+    they can be had: the client settings translate and the brokers answer OffsetFetch v8. A failed read returns nothing
+    (the caller reads the old way, through librdkafka) and is logged; whether they can be had is logged once."""
 
     def __init__(self, settings: ClientSettings, bootstrap: str, timeout: float):
         conf = batch_settings(settings, bootstrap, timeout)
@@ -95,6 +101,18 @@ class BatchedOffsets:
         return self._use(deadline, "log end offsets by batched ListOffsets failed, librdkafka's consumer asks them",
                          lambda client: client.end_offsets(by_leader, deadline))
 
+    def topics(self, deadline: float) -> dict[str, Topic] | None:
+        """Every topic's partitions from one Metadata answer kdiag decodes; None when no batched read could be had or
+        it failed (the caller asks librdkafka)."""
+        return self._use(deadline, "topics by Metadata failed, librdkafka's admin client asks them",
+                         lambda client: client.topics(deadline))
+
+    def configs(self, topics: list[str], brokers: list[int], deadline: float) -> Configs | None:
+        """The wanted configs of these topics and brokers, asked by name; None when no batched read could be had or it
+        failed (the caller asks librdkafka)."""
+        return self._use(deadline, "configs by named DescribeConfigs failed, librdkafka's admin client asks them",
+                         lambda client: client.configs(topics, brokers, deadline))
+
     def _use(self, deadline: float, failed: str, read: Callable[[GroupOffsetsClient], T]) -> T | None:
         """read(client) when batched reads can be had; None when not, or when it failed (logged as `failed` and why,
         the client closed)."""
@@ -110,7 +128,9 @@ class BatchedOffsets:
                     return None
                 self._checked = True
                 log.info("committed offsets: one OffsetFetch per coordinator and %d groups (KIP-709); log end offsets: "
-                         "one ListOffsets per leader and %d partitions", BATCH_GROUPS, PARTITIONS_PER_REQUEST)
+                         "one ListOffsets per leader and %d partitions; topics: Metadata read by kdiag; configs: "
+                         "asked by name",
+                         BATCH_GROUPS, PARTITIONS_PER_REQUEST)
             value = read(client)
             self._warned = ""
             return value
@@ -164,6 +184,21 @@ class GroupOffsetsClient:
         but a leader not ready within CONNECT_MS (gone, or unknown to this client yet) only loses its partitions."""
         out: EndOffsets = {}
         _exchange(self._connect(deadline), requests(by_leader), deadline, out.update, CONNECT_MS)
+        return out
+
+    def topics(self, deadline: float) -> dict[str, Topic]:
+        """Every topic's partitions, from any broker; kafka-python's errors raise."""
+        client = self._connect(deadline)
+        topics: dict[str, Topic] = _receive(client, client.least_loaded_node(), metadata_request(), deadline)
+        return topics
+
+    def configs(self, topics: list[str], brokers: list[int], deadline: float) -> Configs:
+        """The wanted configs of these topics (of any broker) and brokers (each of itself); kafka-python's errors
+        raise, but a broker not ready within CONNECT_MS only loses its own configs."""
+        client = self._connect(deadline)
+        out: Configs = ({}, {})
+        _exchange(client, config_requests(topics, brokers, client.least_loaded_node()), deadline,
+                  lambda answer: take_answer(answer, out), CONNECT_MS)
         return out
 
     def fetch(self, groups: Iterable[str], deadline: float, put: Put, answered: set[str]) -> None:

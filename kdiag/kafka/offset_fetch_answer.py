@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
+from kdiag.kafka.compact import skip_tags, text, uvarint
 from kdiag.kafka.read_by import ReadBy
 
 _PARTITION = struct.Struct(">iqi")  # partition_index, committed_offset, committed_leader_epoch
@@ -18,7 +19,6 @@ _ERROR = struct.Struct(">h")
 # A partition with null (0) or empty (1) metadata and no tagged fields: the three above, the metadata's length byte,
 # error_code and the tagged fields' count.
 _PLAIN = struct.Struct(">iqiBhB")
-MAX_VARINT_SHIFT = 28  # a 32-bit unsigned varint takes at most five bytes
 
 
 class GroupAnswer(NamedTuple):
@@ -27,39 +27,6 @@ class GroupAnswer(NamedTuple):
     group_id: str
     error_code: int
     read: list[tuple[str, int, int]]  # (topic, partition, offset)
-
-
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    """An unsigned varint at pos, and the position after it."""
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > MAX_VARINT_SHIFT:
-            raise ValueError(f"a varint longer than 5 bytes at byte {pos}")
-
-
-def _skip_tags(data: bytes, pos: int) -> int:
-    """The position after a tagged fields section (none is read: v8 defines none kdiag needs)."""
-    count, pos = _uvarint(data, pos)
-    for _ in range(count):
-        _, pos = _uvarint(data, pos)
-        size, pos = _uvarint(data, pos)
-        pos += size
-    return pos
-
-
-def _text(data: bytes, pos: int) -> tuple[str, int]:
-    """A compact string ('' when null), and the position after it."""
-    size, pos = _uvarint(data, pos)
-    end = pos + size - 1 if size else pos
-    if end > len(data):
-        raise ValueError(f"a string past the end of the answer at byte {pos}")
-    return data[pos:end].decode("utf-8"), end
 
 
 def decode_groups(data: bytes) -> list[GroupAnswer]:
@@ -73,15 +40,15 @@ def decode_groups(data: bytes) -> list[GroupAnswer]:
 def _groups(data: bytes) -> list[GroupAnswer]:
     topics: dict[str, str] = {}  # each topic name once, shared by every group that committed on it
     groups = []
-    count, pos = _uvarint(data, 4)  # after throttle_time_ms
+    count, pos = uvarint(data, 4)  # after throttle_time_ms
     for _ in range(max(count - 1, 0)):
-        group, pos = _text(data, pos)
+        group, pos = text(data, pos)
         read: list[tuple[str, int, int]] = []
-        topic_count, pos = _uvarint(data, pos)
+        topic_count, pos = uvarint(data, pos)
         for _ in range(max(topic_count - 1, 0)):
-            name, pos = _text(data, pos)
+            name, pos = text(data, pos)
             topic = topics.setdefault(name, name)
-            partition_count, pos = _uvarint(data, pos)
+            partition_count, pos = uvarint(data, pos)
             partitions = max(partition_count - 1, 0)
             # Nearly always every partition has null or empty metadata and no tagged fields: 20 bytes each, read in C.
             end = pos + partitions * _PLAIN.size
@@ -91,11 +58,11 @@ def _groups(data: bytes) -> list[GroupAnswer]:
                 pos = end
             else:
                 pos = _partitions(data, pos, partitions, topic, read)
-            pos = pos + 1 if data[pos] == 0 else _skip_tags(data, pos)
+            pos = pos + 1 if data[pos] == 0 else skip_tags(data, pos)
         (group_error,) = _ERROR.unpack_from(data, pos)
-        pos = _skip_tags(data, pos + _ERROR.size)
+        pos = skip_tags(data, pos + _ERROR.size)
         groups.append(GroupAnswer(group, group_error, read))
-    _skip_tags(data, pos)
+    skip_tags(data, pos)
     return groups
 
 
@@ -103,9 +70,9 @@ def _partitions(data: bytes, pos: int, count: int, topic: str, read: list[tuple[
     """`count` partitions of any shape from pos, those committed without error added to read; the position after."""
     for _ in range(count):
         partition, offset, _epoch = _PARTITION.unpack_from(data, pos)
-        _, pos = _text(data, pos + _PARTITION.size)  # metadata
+        _, pos = text(data, pos + _PARTITION.size)  # metadata
         (error,) = _ERROR.unpack_from(data, pos)
-        pos = _skip_tags(data, pos + _ERROR.size)
+        pos = skip_tags(data, pos + _ERROR.size)
         if error == 0 and offset >= 0:
             read.append((topic, partition, offset))
     return pos

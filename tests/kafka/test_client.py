@@ -141,14 +141,3 @@ def test_error_log_keeps_the_telling_error_and_never_a_secret():
     assert log.refusal() == "" and log.reason() == "weird failure mentioning ***"
     log.clear()
     assert log.reason() == ""
-
-
-def test_a_sensitive_config_entry_is_never_stored():
-    from confluent_kafka.admin import ConfigEntry, ConfigSource
-
-    from kdiag.kafka.admin import _pick
-
-    entries = {"log.dirs": ConfigEntry("log.dirs", "/data", ConfigSource.STATIC_BROKER_CONFIG),
-               "num.io.threads": ConfigEntry("num.io.threads", SECRET, ConfigSource.DYNAMIC_BROKER_CONFIG, is_sensitive=True)}
-    picked = _pick(entries, ("log.dirs", "num.io.threads"))
-    assert picked == {"values": {"log.dirs": "/data"}, "sources": {"log.dirs": "STATIC_BROKER_CONFIG"}}

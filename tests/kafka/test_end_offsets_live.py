@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.waiting import wait_until
 
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.group_offsets import BatchedOffsets
+from kdiag.kafka.group_offsets import BatchedReads
 
 pytestmark = pytest.mark.kafka
 PARTITIONS = 3
@@ -57,7 +57,7 @@ def test_batched_end_offsets_equal_librdkafkas_read_committed_ones(transaction_o
     by_leader: dict[int, list[tuple[str, int]]] = {}
     for partition, leader in sorted(leaders.items()):
         by_leader.setdefault(leader, []).append((topic, partition))
-    batch = BatchedOffsets(ClientSettings(), bootstrap, 10.0)
+    batch = BatchedReads(ClientSettings(), bootstrap, 10.0)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kdiag-offsets", "enable.auto.commit": False})
     try:
         ours = batch.end_offsets(by_leader, time.monotonic() + 30)
@@ -82,7 +82,7 @@ def test_a_leader_the_client_cannot_reach_loses_only_its_own_partitions(transact
     by_leader: dict[int, list[tuple[str, int]]] = {99: [(topic, 7)]}  # a broker that left the cluster
     for partition, leader in sorted(leaders.items()):
         by_leader.setdefault(leader, []).append((topic, partition))
-    batch = BatchedOffsets(ClientSettings(), bootstrap, 10.0)
+    batch = BatchedReads(ClientSettings(), bootstrap, 10.0)
     try:
         assert batch.end_offsets(by_leader, time.monotonic() + 30) == {(topic, 0): 6, (topic, 1): 0, (topic, 2): 2}
     finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.group_offsets import BatchedOffsets, batch_settings
+from kdiag.kafka.group_offsets import BatchedReads, batch_settings
 
 
 def test_the_labs_sasl_ssl_settings_translate(tmp_path):
@@ -28,7 +28,7 @@ def test_a_property_without_equivalent_is_named_and_its_value_never_said(caplog)
     reason = batch_settings(settings, "b1:9093", 5)
     assert reason == "kafka.client.ssl.keystore.location has no kafka-python equivalent"
     caplog.set_level("INFO", "kdiag.kafka.group_offsets")
-    batched = BatchedOffsets(settings, "b1:9093", 5)
+    batched = BatchedReads(settings, "b1:9093", 5)
     assert batched.read(["g1", "g2"], 0.0, lambda g, read: None) == set() and batched.client is None
     assert batched.read(["g1"], 0.0, lambda g, read: None) == set()
     lines = [r.getMessage() for r in caplog.records]

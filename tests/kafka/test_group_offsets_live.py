@@ -19,7 +19,7 @@ from tests.waiting import wait_until
 from kdiag.kafka.admin import FALLBACK_GROUPS
 from kdiag.kafka.admin_worker import AdminSession
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.group_offsets import BATCH_GROUPS, BatchedOffsets, GroupOffsetsClient, batch_settings
+from kdiag.kafka.group_offsets import BATCH_GROUPS, BatchedReads, GroupOffsetsClient, batch_settings
 from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_reader import JmxReader
 
@@ -69,7 +69,7 @@ def committed_at(admin: AdminClient, group: str, topic: str, offset: int) -> lis
     return [(tp.topic, tp.partition, tp.offset) for tp in answer.topic_partitions if not tp.error]
 
 
-def batched_read(batched: BatchedOffsets, groups: list[str], deadline: float) -> dict[str, list[tuple[str, int, int]]]:
+def batched_read(batched: BatchedReads, groups: list[str], deadline: float) -> dict[str, list[tuple[str, int, int]]]:
     """What a batched read hands on, per group: (topic, partition, offset) sorted."""
     got: dict[str, list[tuple[str, int, int]]] = {}
     answered = batched.read(groups, deadline, lambda g, read: got.__setitem__(g, sorted(read)))
@@ -96,7 +96,7 @@ def offset_fetches(readers: list[JmxReader]) -> float:
 
 
 def test_600_groups_take_one_offset_fetch_per_coordinator_and_agree_with_librdkafka(committed, kafka_lab):
-    batched = BatchedOffsets(ClientSettings(), committed["bootstrap"], 10.0)
+    batched = BatchedReads(ClientSettings(), committed["bootstrap"], 10.0)
     # A broker makes its OffsetFetch v8 MBean at the first such request, and JmxTool matches its pattern when it
     # starts: on a fresh lab the counted read must not be the first.
     batched_read(batched, committed["groups"], time.monotonic() + 60)
@@ -191,7 +191,7 @@ def test_scram_over_tls_reads_through_the_translated_settings(secure_lab):
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
     try:
         wait_until(lambda: committed_at(admin, group, topic, 5) == [(topic, 0, 5)], 60, "the group's commit")
-        batched = BatchedOffsets(settings, kafka["bootstrap_servers"], 10.0)
+        batched = BatchedReads(settings, kafka["bootstrap_servers"], 10.0)
         try:
             assert batched_read(batched, [group], time.monotonic() + 30) == {group: [(topic, 0, 5)]}
         finally:

@@ -167,8 +167,10 @@ class KafkaAdminCollector(Collector):
         """Samples of the admin state, fetched live or read from the recording, and the brokers configured as expected."""
         self.child_cpu_seconds = 0.0
         state = self._without_own_groups(root.kafka(ADMIN, self.fetch, read_admin_state))
-        samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series)
-        samples += self.lag_clock.samples(root.now(), state, self.group_series)
+        canonical = self.labels.canonical
+        samples = samples_from_admin_state(state, self.max_partition_series, self.partition_series, self.group_series,
+                                           canonical)
+        samples += self.lag_clock.samples(root.now(), state, self.group_series, canonical)
         samples += self.partition_rates.samples(root.now(), state["topics"])
         samples += self.partition_lag.samples(root.now(), state)
         samples += [KAFKA_TOPIC_KDIAG_OWN.sample(1, topic=t) for t in self.own_topics if t in state["topics"]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kdiag.core.cardinality import SeriesFilter
-from kdiag.core.sample import Sample
+from kdiag.core.sample import Canonical, Sample, same_labels
 from kdiag.families.family import Family
 from kdiag.families.kafka import (
     KAFKA_BROKER_CONFIG,
@@ -109,31 +109,32 @@ def _offline(p: Partition) -> bool:
     return p["leader"] < 0
 
 
-def _topic_samples(topic: str, t: Topic, broker_ids: list[int]) -> list[Sample]:
+def _topic_samples(topic: str, t: Topic, broker_ids: list[int], canonical: Canonical) -> list[Sample]:
     """Partition health, configs, leader spread and log end offset total of one topic."""
     parts = t["partitions"]
+    labels = canonical((("topic", topic),))
     out = [
-        KAFKA_TOPIC_PARTITIONS.sample(len(parts), topic=topic),
-        KAFKA_TOPIC_REPLICATION_FACTOR.sample(max((len(p["replicas"]) for p in parts), default=0), topic=topic),
-        KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS.sample(sum(len(p["isr"]) < len(p["replicas"]) for p in parts), topic=topic),
-        KAFKA_TOPIC_OFFLINE_PARTITIONS.sample(sum(_offline(p) for p in parts), topic=topic),
+        KAFKA_TOPIC_PARTITIONS.labelled(len(parts), labels),
+        KAFKA_TOPIC_REPLICATION_FACTOR.labelled(max((len(p["replicas"]) for p in parts), default=0), labels),
+        KAFKA_TOPIC_UNDER_REPLICATED_PARTITIONS.labelled(sum(len(p["isr"]) < len(p["replicas"]) for p in parts),
+                                                         labels),
+        KAFKA_TOPIC_OFFLINE_PARTITIONS.labelled(sum(_offline(p) for p in parts), labels),
     ]
     min_isr = config_number(t["configs"].get("min.insync.replicas"))
     if min_isr is not None:
-        out.append(
-            KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS.sample(sum(len(p["isr"]) < min_isr for p in parts), topic=topic)
-        )
+        out.append(KAFKA_TOPIC_UNDER_MIN_ISR_PARTITIONS.labelled(sum(len(p["isr"]) < min_isr for p in parts), labels))
     out += _config_samples(KAFKA_TOPIC_CONFIG, t["configs"], topic=topic)
     out += [KAFKA_TOPIC_CONFIG_OVERRIDE.sample(1, topic=topic, name=n)
             for n, src in t.get("config_sources", {}).items() if src == "DYNAMIC_TOPIC_CONFIG"]
     leaders = Counter(p["leader"] for p in parts if not _offline(p))
     preferred = Counter(p["replicas"][0] for p in parts if p["replicas"])
     for b in sorted(set(broker_ids) | set(leaders) | set(preferred)):
-        out.append(KAFKA_TOPIC_BROKER_LEADERS.sample(leaders[b], topic=topic, broker_id=b))
-        out.append(KAFKA_TOPIC_BROKER_PREFERRED_LEADERS.sample(preferred[b], topic=topic, broker_id=b))
+        by_broker = canonical((("broker_id", str(b)), ("topic", topic)))
+        out.append(KAFKA_TOPIC_BROKER_LEADERS.labelled(leaders[b], by_broker))
+        out.append(KAFKA_TOPIC_BROKER_PREFERRED_LEADERS.labelled(preferred[b], by_broker))
     ends = [p["log_end_offset"] for p in parts if p["log_end_offset"] is not None]
     if ends:
-        out.append(KAFKA_TOPIC_LOG_END_OFFSET_TOTAL.sample(sum(ends), topic=topic))
+        out.append(KAFKA_TOPIC_LOG_END_OFFSET_TOTAL.labelled(sum(ends), labels))
     return out
 
 
@@ -148,28 +149,32 @@ def _partition_samples(topic: str, t: Topic) -> list[Sample]:
     return out
 
 
-def _group_samples(group: str, g: Group, per_topic: bool) -> list[Sample]:
+def _group_samples(group: str, g: Group, per_topic: bool, canonical: Canonical) -> list[Sample]:
     """Members, and total and largest partition lag (per topic, or over all topics), of one consumer group."""
-    out = [KAFKA_CONSUMERGROUP_MEMBERS.sample(g["members"], group=group),
-           KAFKA_CONSUMERGROUP_STABLE.sample(int(g["state"] == "STABLE"), group=group)]
+    labels = canonical((("group", group),))
+    out = [KAFKA_CONSUMERGROUP_MEMBERS.labelled(g["members"], labels),
+           KAFKA_CONSUMERGROUP_STABLE.labelled(g["state"] == "STABLE", labels)]
     if "idle_members" in g:  # only known while the group is stable
-        out.append(KAFKA_CONSUMERGROUP_IDLE_MEMBERS.sample(g["idle_members"], group=group))
+        out.append(KAFKA_CONSUMERGROUP_IDLE_MEMBERS.labelled(g["idle_members"], labels))
     lags = g["lag"]
     if per_topic:
         for topic, totals in lags.items():
-            out.append(KAFKA_CONSUMERGROUP_LAG.sample(totals["sum"], group=group, topic=topic))
-            out.append(KAFKA_CONSUMERGROUP_LAG_MAX.sample(totals["max"], group=group, topic=topic))
+            by_topic = canonical((("group", group), ("topic", topic)))
+            out.append(KAFKA_CONSUMERGROUP_LAG.labelled(totals["sum"], by_topic))
+            out.append(KAFKA_CONSUMERGROUP_LAG_MAX.labelled(totals["max"], by_topic))
     elif lags:
-        out.append(KAFKA_CONSUMERGROUP_LAG.sample(sum(t["sum"] for t in lags.values()), group=group))
-        out.append(KAFKA_CONSUMERGROUP_LAG_MAX.sample(max(t["max"] for t in lags.values()), group=group))
+        out.append(KAFKA_CONSUMERGROUP_LAG.labelled(sum(t["sum"] for t in lags.values()), labels))
+        out.append(KAFKA_CONSUMERGROUP_LAG_MAX.labelled(max(t["max"] for t in lags.values()), labels))
     return out
 
 
 def samples_from_admin_state(state: AdminState, max_partition_series: int = 2000,
                              partition_series: SeriesFilter | None = None,
-                             group_series: SeriesFilter | None = None) -> list[Sample]:
+                             group_series: SeriesFilter | None = None,
+                             canonical: Canonical = same_labels) -> list[Sample]:
     """Samples of one admin state: per-partition series for the topics partition_series lets through while those
-    number at most max_partition_series partitions, per-topic lag for the groups group_series lets through."""
+    number at most max_partition_series partitions, per-topic lag for the groups group_series lets through; the
+    topics' and groups' labels through `canonical` (the collector's LabelPool: the last fetch's objects)."""
     partition_series, group_series = partition_series or SeriesFilter(), group_series or SeriesFilter()
     broker_ids = [b["id"] for b in state["brokers"]]
     out = _cluster_samples(state) + _broker_samples(state, broker_ids)
@@ -178,9 +183,9 @@ def samples_from_admin_state(state: AdminState, max_partition_series: int = 2000
     if sum(len(topics[name]["partitions"]) for name in detailed) > max_partition_series:
         detailed = set()
     for name, t in topics.items():
-        out += _topic_samples(name, t, broker_ids)
+        out += _topic_samples(name, t, broker_ids, canonical)
         if name in detailed:
             out += _partition_samples(name, t)
     for group, g in state["consumer_groups"].items():
-        out += _group_samples(group, g, group_series.matches(group))
+        out += _group_samples(group, g, group_series.matches(group), canonical)
     return out

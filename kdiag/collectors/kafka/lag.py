@@ -23,7 +23,7 @@ from kdiag.core.history import Points, drop_before
 from collections.abc import Sequence
 
 from kdiag.core.cardinality import SeriesFilter
-from kdiag.core.sample import Sample
+from kdiag.core.sample import Canonical, Sample, same_labels
 from kdiag.families.family import Family
 from kdiag.families.kafka import CONSUMER_CATCH_UP_SECONDS, CONSUMER_LAG_SECONDS, CONSUMER_LAST_COMMIT_AGE_SECONDS
 from kdiag.kafka.state import AdminState, ConfigValues, Topic
@@ -119,9 +119,10 @@ class LagClock:
         shrink = (points[0][1] - lag) / (now - points[0][0])
         return lag / shrink if shrink > 0 else math.inf
 
-    def samples(self, now: float, state: AdminState, group_series: SeriesFilter) -> list[Sample]:
+    def samples(self, now: float, state: AdminState, group_series: SeriesFilter,
+                canonical: Canonical = same_labels) -> list[Sample]:
         """Lag seconds and time to catch up of every group on each topic it committed (the largest over its topics for
-        groups outside group_series), from the admin state just fetched at `now`."""
+        groups outside group_series), from the admin state just fetched at `now`; labels through `canonical`."""
         totals = self.observe(now, state["topics"])
         out = []
         self.unanswered = []
@@ -142,13 +143,14 @@ class LagClock:
                         seconds = max(now - lag["record_time"], 0.0)
                 if seconds is not None:
                     values[CONSUMER_LAG_SECONDS][topic] = seconds
+            labels = canonical((("group", group),))
             if "last_commit" in g:
-                out.append(CONSUMER_LAST_COMMIT_AGE_SECONDS.sample(max(now - g["last_commit"], 0.0), group=group))
+                out.append(CONSUMER_LAST_COMMIT_AGE_SECONDS.labelled(max(now - g["last_commit"], 0.0), labels))
             for family, per_topic in values.items():
                 if group_series.matches(group):
-                    out += [family.sample(v, group=group, topic=t) for t, v in per_topic.items()]
+                    out += [family.labelled(v, canonical((("group", group), ("topic", t)))) for t, v in per_topic.items()]
                 elif per_topic:
-                    out.append(family.sample(max(per_topic.values()), group=group))
+                    out.append(family.labelled(max(per_topic.values()), labels))
         for gone in self._lags.keys() - seen:
             del self._lags[gone]
         return out

@@ -128,6 +128,9 @@ def test_kinds_and_families():
     counters = {s.name for s in samples if s.kind == COUNTER}
     assert counters == {"kdiag_kafka_topic_log_end_offset_total", "kdiag_kafka_partition_log_end_offset_total"}
     assert {s.name for s in samples} <= {f.name for f in KafkaAdminCollector.families}
+    # Samples built from labels made by hand are what the family's checked constructor makes of the same labels.
+    families = {f.name: f for f in KafkaAdminCollector.families}
+    assert [families[s.name].sample(s.value, **dict(s.labels)) for s in samples] == samples
 
 
 def test_config_number():

@@ -139,12 +139,6 @@ def test_quiet_group_is_read_again_only_after_quiet_groups_interval(topics):
         assert c.fetch()["consumer_groups"][group]["lag"][keep] == {"sum": 11, "max": 4}
 
 
-def test_lag_per_topic_sums_and_tops_partitions_with_a_known_end():
-    committed = {"a": [(0, 5), (1, 9), (2, 3)], "b": [(0, 1)], "c": [(0, 0)]}
-    ends = {"a": {0: 8, 1: 7, 2: None}, "b": {0: None}}  # a's 1 ahead of its end (a reset log): 0, not negative
-    assert kafka_admin._lag(committed, ends) == {"a": {"sum": 3, "max": 3}}
-
-
 @pytest.mark.kafka
 def test_series_filters_over_real_topics_and_groups(topics):
     keep, drop, group = topics["keep"], topics["drop"], topics["group"]

@@ -29,6 +29,15 @@ def test_top_partitions_keeps_the_n_furthest_behind_over_every_group():
     assert TopPartitions(0).result() == []
 
 
+def test_lag_per_topic_sums_and_tops_partitions_with_a_known_end():
+    committed = {"a": [(0, 5), (1, 9), (2, 3)], "b": [(0, 1)], "c": [(0, 0)]}
+    ends = {"a": {0: 8, 1: 7, 2: None}, "b": {0: None}}  # a's 1 ahead of its end (a reset log): 0, not negative
+    top = TopPartitions(1)
+    assert top.add("g", committed, ends) == {"a": {"sum": 3, "max": 3}}
+    assert [(e["topic"], e["partition"], e["lag"]) for e in top.result()] == [("a", 0, 3)]
+    assert TopPartitions(0).add("g", committed, ends) == {"a": {"sum": 3, "max": 3}}  # none kept, lag still summed
+
+
 def test_seconds_from_the_partitions_own_log_end_history():
     clock = PartitionLagClock()
     entry = {"group": "g", "topic": "a", "partition": 1, "committed": 150, "lag": 50}
