@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 
 from kdiag.kafka import admin as kafka_admin
 from kdiag.kafka.client import ClientSettings
-from kdiag.kafka.group_offsets import BatchedOffsets
+from kdiag.kafka.group_offsets import BatchedReads
 from kdiag.tools.lab.lab import read_lab
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     topics = {t: {"partitions": [{"partition": p.id, "leader": p.leader} for p in d.partitions.values()]}
               for t, d in metadata.topics.items()}
     print(f"{sum(len(d['partitions']) for d in topics.values())} partitions on {len(metadata.brokers)} brokers")
-    batch = BatchedOffsets(ClientSettings(), bootstrap, 30.0)
+    batch = BatchedReads(ClientSettings(), bootstrap, 30.0)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kdiag-offsets", "enable.auto.commit": False})
     cpu: dict[str, list[float]] = {"kafka-python": [], "librdkafka": []}
     try:

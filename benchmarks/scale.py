@@ -40,6 +40,7 @@ from kdiag.tools.lab.lab import lab_config, read_lab
 
 TOPIC, GROUP = "scale-t{:04d}", "scale-g{:04d}"
 TICKS = os.sysconf("SC_CLK_TCK")
+ADMIN_SUCCESS = 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}'
 CYCLE = 5.0  # kdiag's default interval
 GROUP_BATCH = 100  # groups committed at once while growing (10,000 groups: 2 minutes on a settled 6-broker lab)
 COMMIT_EVERY = 10.0  # seconds between the moving groups' commits
@@ -213,6 +214,13 @@ def scrape(conn: http.client.HTTPConnection) -> tuple[float, bytes]:
     return took, gzip.decompress(body) if response.getheader("Content-Encoding") == "gzip" else body
 
 
+def collector_cpu(body: bytes) -> dict[str, float]:
+    """Each collector's kdiag_collector_cpu_seconds_total in a /metrics body."""
+    prefix = 'kdiag_collector_cpu_seconds_total{collector="'
+    return {line[len(prefix):].partition('"')[0]: float(line.rpartition(" ")[2])
+            for line in body.decode().splitlines() if line.startswith(prefix)}
+
+
 def metric(body: bytes, series: str) -> float:
     """The value of one series (name and labels as exposed) in a scrape, 0 when absent."""
     for line in body.decode().splitlines():
@@ -283,9 +291,13 @@ def run_window(config: dict, window: float, warmup: float, interval: float,
                     raise RuntimeError(f"kdiag did not serve an admin fetch: {Path(tmp, 'kdiag.log').read_text()[-2000:]}")
                 time.sleep(1)
             time.sleep(warmup)
+            # The window runs from one admin fetch's end to another's: at 100,000 partitions a fetch costs seconds of
+            # CPU every 90 s, so a window of fixed length held two fetches or three by chance (a third more or less).
+            fetched = next_fetch(conn, -1.0)
             pids = [proc.pid, *children(proc.pid)]
             counted = counts() if counts else None
             cpu0 = {p: cpu_seconds(p) for p in pids}
+            spent0 = collector_cpu(scrape(conn)[1])
             t0 = time.monotonic()
             peaks = dict.fromkeys(pids, 0.0)
             scrapes, rss, body, cycles, admin, durations = [], [], b"", set(), set(), {}
@@ -296,14 +308,17 @@ def run_window(config: dict, window: float, warmup: float, interval: float,
                 rss.append(rss_mb(proc.pid))
                 peaks.update({p: max(peaks[p], rss_mb(p)) for p in pids})
                 cycles.add(metric(body, "kdiag_last_cycle_timestamp_seconds"))
-                at = metric(body, 'kdiag_collector_last_success_timestamp_seconds{collector="kafka_admin"}')
+                at = metric(body, ADMIN_SUCCESS)
                 admin.add(at)
                 durations[at] = metric(body, 'kdiag_collector_duration_seconds{collector="kafka_admin"}')
                 failed += metric(body, 'kdiag_collector_success{collector="kafka_admin"}') == 0
                 time.sleep(max(0.0, interval - took))
+            admin.add(next_fetch(conn, -1.0))
             elapsed = time.monotonic() - t0
             # Per process: its command (kdiag, the AdminClient process, JmxTool ...), CPU share and largest RSS.
             processes = [(command(p), (cpu_seconds(p) - cpu0[p]) / elapsed, peaks[p]) for p in pids]
+            # Per collector: its thread's CPU and its child process's, from kdiag's own counter.
+            collectors = {name: (total - spent0.get(name, 0.0)) / elapsed for name, total in collector_cpu(body).items()}
             cpu = sum(cpu_seconds(p) - cpu0[p] for p in pids)
             counted = (counted, counts(), elapsed) if counts else None
             children_rss = sum(rss_mb(p) for p in pids[1:])
@@ -318,12 +333,33 @@ def run_window(config: dict, window: float, warmup: float, interval: float,
     late = [(t - first + CYCLE / 2) % CYCLE - CYCLE / 2 for t in cycles]
     admin_times = sorted(t for t in admin if t > 0)
     return {"cpu_share": cpu / elapsed, "rss": max(rss), "children_rss": children_rss, "children": len(pids) - 1,
-            "processes": processes,
+            "processes": processes, "collectors": collectors, "admin_fetches": sum(1 for t in admin if t > fetched),
             "cycle_late": max(late), "admin_every": statistics.median(b - a for a, b in itertools.pairwise(admin_times))
             if len(admin_times) > 1 else math.nan,
             "scrape_p99": percentile(scrapes, 99), "series": len(lines), "failed_scrapes": failed,
             "admin_p50": percentile(list(durations.values()), 50), "admin_max": max(durations.values(), default=math.nan),
             "kafka_series": sum(1 for ln in lines if ln.startswith("kdiag_kafka_")), "body": body, "counts": counted}
+
+
+def next_fetch(conn: http.client.HTTPConnection, after: float, within: float = 600.0) -> float:
+    """Wait until kdiag's admin fetch that succeeded last is newer than `after` (-1: the next one from now); its time."""
+    if after < 0:
+        after = metric(scrape(conn)[1], ADMIN_SUCCESS)
+    deadline = time.monotonic() + within
+    while (at := metric(scrape(conn)[1], ADMIN_SUCCESS)) <= after:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no admin fetch succeeded within {within:g}s")
+        time.sleep(0.5)
+    return at
+
+
+def report_processes(r: dict) -> None:
+    """Progress lines: each of kdiag's processes' CPU share and peak RSS, and the collectors costing most."""
+    for name, share, peak in r["processes"]:
+        progress(f"  {name}: {share * 100:.2f}% of a core, at most {peak:.0f} MB")
+    costly = sorted(r["collectors"].items(), key=lambda kv: -kv[1])[:6]
+    progress(f"  {r['admin_fetches']} admin fetches in the window")
+    progress("  collectors (thread and child): " + ", ".join(f"{name} {share * 100:.2f}%" for name, share in costly))
 
 
 def time_fetches(bootstrap: str, cycles: int) -> tuple[list[float], int]:
@@ -396,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             progress(f"size {size}: kdiag run for {args.warmup:g}s warm-up + {args.window:g}s")
             with Committer(bootstrap, round(groups * args.moving_groups), topics, args.per_topic):
                 r = run_window(config, args.window, args.warmup, args.scrape_interval)
+                report_processes(r)
                 progress(f"size {size}: timing {args.fetches} AdminClient fetches")
                 fetches, failed = time_fetches(bootstrap, args.fetches)
             note = f" ({failed} failed)" if failed else ""

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 from confluent_kafka import Producer
 
-from scale import (GROUP, TOPIC, Committer, cleanup, cpu_seconds, free_port, grow, progress, rss_mb,
+from scale import (GROUP, TOPIC, Committer, cleanup, cpu_seconds, free_port, grow, progress, report_processes, rss_mb,
                    run_window)
 from kdiag.kafka.jars import classpath
 from kdiag.kafka.jmx_reader import JmxReader
@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_window(kdiag_config, args.window, args.warmup, 5.0, lambda: request_counts(readers))
                 rate = rates(*r["counts"], baseline)
                 rows.append((f"kdiag ({source})", r["cpu_share"], r["rss"] + r["children_rss"], rate))
-                for name, share, peak in r["processes"]:
-                    progress(f"  {name}: {share * 100:.2f}% of a core, at most {peak:.0f} MB")
+                report_processes(r)
                 lags[rows[-1][0]] = group_lags(r["body"], "kdiag_kafka_consumergroup_lag", "group")
                 fetches[rows[-1][0]] = f"{r['admin_p50']:.2f} s / {r['admin_max']:.2f} s, {r['failed_scrapes']} failed"
             for mode in args.kminion_modes if not args.kdiag_only else ():
