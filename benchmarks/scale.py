@@ -15,6 +15,7 @@ import contextlib
 import gzip
 import http.client
 import itertools
+import json
 import math
 import os
 import resource
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,34 +232,74 @@ def metric(body: bytes, series: str) -> float:
 
 class Committer:
     """Commits new offsets for `groups` of the benchmark's groups every COMMIT_EVERY seconds from outside the group,
-    as assign-mode clients (Flink, Spark) do: they stay Empty, and their offsets move."""
+    as assign-mode clients (Flink, Spark) do: they stay Empty, and their offsets move. Counts its own requests from
+    its librdkafka statistics, so that a benchmark can tell them from the tool's it measures."""
 
     def __init__(self, bootstrap: str, groups: int, topics: int, per_topic: int, every: float = COMMIT_EVERY):
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "statistics.interval.ms": 500,
+                                  "stats_cb": self._statistics})
         self.every = every
         self.groups, self.topics, self.per_topic = groups, topics, per_topic
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.burst = threading.Lock()  # held while a round of commits is in flight
+        self.sent: tuple[float, dict[str, float]] = (0.0, {})  # when statistics came (monotonic), requests by type
+        self.statistics_came = threading.Condition()
+        self.threads = [threading.Thread(target=self._run, daemon=True),
+                        threading.Thread(target=self._poll, daemon=True)]
 
     def __enter__(self) -> Committer:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stopping.set()
-        self.thread.join()
+        for thread in self.threads:
+            thread.join()
+
+    def _statistics(self, text: str) -> None:
+        sent: dict[str, float] = {"OffsetCommit": 0.0}
+        for broker in json.loads(text)["brokers"].values():
+            # An AdminClient is a producer-type handle, whose `req` hides the consumer group types: what it sent
+            # beyond the types listed is OffsetCommit, the only other request the committer sends.
+            sent["OffsetCommit"] += broker["tx"] - sum(broker["req"].values())
+            for kind, n in broker["req"].items():
+                sent[kind] = sent.get(kind, 0.0) + n
+        with self.statistics_came:
+            self.sent = (time.monotonic(), sent)
+            self.statistics_came.notify_all()
+
+    def _poll(self) -> None:
+        while not self.stopping.is_set():
+            self.admin.poll(0.1)  # serves stats_cb
+
+    @contextlib.contextmanager
+    def between_rounds(self) -> Iterator[Callable[[], dict[str, float]]]:
+        """Holds the next round of commits back until the block ends, once the round in flight has been answered;
+        yields a function that gives the requests sent so far by type (statistics taken after the round ended)."""
+        with self.burst:
+            quiet = time.monotonic()
+
+            def sent() -> dict[str, float]:
+                with self.statistics_came:
+                    if not self.statistics_came.wait_for(lambda: self.sent[0] > quiet, timeout=30):
+                        raise RuntimeError("the committer's librdkafka statistics stopped coming")
+                    return self.sent[1]
+
+            yield sent
 
     def _run(self) -> None:
         for offset in itertools.count(1):
-            futures = []
-            for i in range(self.groups):
-                # Offsets past the log end are accepted (the topics are empty): the lag stays 0, the offsets move.
-                tps = [TopicPartition(TOPIC.format(i % self.topics), p, offset) for p in range(self.per_topic)]
-                futures += self.admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP.format(i), tps)],
-                                                                   request_timeout=60).values()
-            for f in futures:
-                with contextlib.suppress(KafkaException):
-                    f.result(timeout=60)
+            with self.burst:
+                futures = []
+                for i in range(self.groups):
+                    # Offsets past the log end are accepted (the topics are empty): the lag stays 0, the offsets move.
+                    tps = [TopicPartition(TOPIC.format(i % self.topics), p, offset) for p in range(self.per_topic)]
+                    futures += self.admin.alter_consumer_group_offsets(
+                        [ConsumerGroupTopicPartitions(GROUP.format(i), tps)], request_timeout=60).values()
+                for f in futures:
+                    with contextlib.suppress(KafkaException):
+                        f.result(timeout=60)
             if self.stopping.wait(self.every):
                 return
 

@@ -3,12 +3,13 @@
 The lab is grown as benchmarks/scale.py grows it (--partitions in topics of --per-topic, --groups groups committed
 at 0 on one topic each; --moving of them committing new offsets every --commit-every seconds from outside the group),
 and the first SAMPLED_TOPICS topics get --messages messages per partition, so that the idle groups on them lag.
-Then, one after the other and each for --warmup + --window seconds: nothing (the baseline: the committer's own
-requests), kdiag with kafka.committed_offsets offset_fetch, kdiag with offsets_topic, KMinion in its adminApi mode
-and in its offsetsTopic mode (built by benchmarks/build_kminion.sh). Kafka requests per second come from the
-brokers' RequestMetrics RequestsPerSec counts over each tool's measured window (per type, JmxTool), less the
-baseline's; CPU and RSS of
-kdiag include its children. The lag of SAMPLED_GROUPS idle groups is compared between every tool and the lab's truth.
+Then, one after the other and each for --warmup + --window seconds: nothing (the baseline), kdiag with
+kafka.committed_offsets offset_fetch, kdiag with offsets_topic, KMinion in its adminApi mode and in its offsetsTopic
+mode (built by benchmarks/build_kminion.sh). Kafka requests per second: the brokers' RequestMetrics RequestsPerSec
+counts (per type, JmxTool) over each window, less the requests brokers send each other and less the committer's own
+(counted from its librdkafka statistics), both counts taken between two rounds of its commits; what the baseline
+window leaves is subtracted too. CPU and RSS of kdiag include its children. The lag of SAMPLED_GROUPS idle groups is
+compared between every tool and the lab's truth.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from scale import (GROUP, TOPIC, Committer, cleanup, cpu_seconds, free_port, grow, progress, report_processes, rss_mb,
                    run_window)
@@ -42,23 +43,67 @@ SERIES = re.compile(r'^(\w+)\{([^}]*)\} (\S+)$')
 REQUEST_TYPE = re.compile(r",request=(\w+),")
 
 
-def request_counts(readers: list[JmxReader]) -> dict[str, float]:
-    """Per request type, the requests every broker has answered so far, versions summed."""
-    counts: dict[str, float] = {}
-    for reader in readers:
-        row = reader.wait_row(time.monotonic() + 30, max_age=3)
-        if row is None:
-            raise RuntimeError(f"no JMX row from {reader.url}: {reader.error}")
-        for key, value in row.items():
-            if key.endswith("|Count") and (m := REQUEST_TYPE.search(key)):
-                counts[m[1]] = counts.get(m[1], 0.0) + value
-    return counts
+# RequestMetrics types that are not a client's: Fetch is FetchConsumer plus FetchFollower, the rest brokers and
+# controllers send each other.
+BETWEEN_BROKERS = frozenset({
+    "Fetch", "FetchFollower", "LeaderAndIsr", "StopReplica", "UpdateMetadata", "ControlledShutdown", "AlterPartition",
+    "BrokerRegistration", "BrokerHeartbeat", "UnregisterBroker", "ControllerRegistration", "AssignReplicasToDirs",
+    "Vote", "BeginQuorumEpoch", "EndQuorumEpoch", "FetchSnapshot", "AddRaftVoter", "RemoveRaftVoter",
+    "UpdateRaftVoter", "AllocateProducerIds", "Envelope", "WriteTxnMarkers",
+})
+# librdkafka's names for the request types where RequestMetrics names them otherwise.
+LIBRDKAFKA_NAMES = {"FetchConsumer": "Fetch", "ApiVersions": "ApiVersion"}
+
+
+def request_counts(jmx_urls: list[str], classpath_: str, after: float) -> dict[str, float]:
+    """Per request type, the client requests every broker has answered so far, versions summed, from JMX rows
+    received after `after` (monotonic). A JmxTool per count: it resolves its MBean pattern once, at start, and Kafka
+    makes a request type's meter for each version at the first such request."""
+    readers = [JmxReader(url, classpath_, 1.0, (REQUESTS,), ("Count",), "java") for url in jmx_urls]
+    try:
+        counts: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        for reader in readers:
+            while (row := reader.wait_row(deadline, max_age=time.monotonic() - after)) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no JMX row from {reader.url}: {reader.error}")
+                time.sleep(0.1)
+            for key, value in row.items():
+                if key.endswith("|Count") and (m := REQUEST_TYPE.search(key)) and m[1] not in BETWEEN_BROKERS:
+                    counts[m[1]] = counts.get(m[1], 0.0) + value
+        return counts
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+def others_requests(jmx_urls: list[str], classpath_: str, committer: Committer) -> dict[str, float]:
+    """Per request type, the client requests the brokers have answered so far less the committer's own, both read
+    between two rounds of its commits (the brokers' a second after the last round was answered)."""
+    with committer.between_rounds() as committer_sent:
+        counts = request_counts(jmx_urls, classpath_, after=time.monotonic() + 1.0)
+        sent = committer_sent()
+    return {t: n - sent.get(LIBRDKAFKA_NAMES.get(t, t), 0.0) for t, n in counts.items()}
 
 
 def rates(before: dict[str, float], after: dict[str, float], seconds: float,
           baseline: dict[str, float]) -> dict[str, float]:
     """Requests per second of each type between two counts, less the baseline's."""
     return {t: (after[t] - before.get(t, 0.0)) / seconds - baseline.get(t, 0.0) for t in after}
+
+
+def top_up(bootstrap: str, topics: list[str], partitions: int, messages: int) -> None:
+    """Write to each partition of `topics` until it holds `messages` (a kept lab's second run writes none)."""
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+    wanted = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until every answer came: its futures die with it
+    ends = admin.list_offsets({tp: OffsetSpec.latest() for tp in wanted})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
+    for tp, end in ends.items():
+        for _ in range(messages - end.result(60).offset):
+            producer.produce(tp.topic, value=b"x", partition=tp.partition)
+    if producer.flush(120):
+        raise RuntimeError("the sampled topics' messages were not all written in 120 s")
 
 
 def group_lags(body: bytes, name: str, group_label: str) -> dict[str, float]:
@@ -170,26 +215,24 @@ def main(argv: list[str] | None = None) -> int:
 
     progress(f"growing to {topics} topics x {args.per_topic} partitions and {args.groups} groups")
     grow(AdminClient({"bootstrap.servers": bootstrap}), topics, args.groups, args.per_topic)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
-    for t in range(min(SAMPLED_TOPICS, topics)):
-        for partition in range(args.per_topic):
-            for _ in range(args.messages):
-                producer.produce(TOPIC.format(t), value=b"x", partition=partition)
-    assert producer.flush(120) == 0
+    top_up(bootstrap, [TOPIC.format(t) for t in range(min(SAMPLED_TOPICS, topics))], args.per_topic, args.messages)
     # Idle groups on the written topics: their lag is messages x partitions, and stays so.
     sampled = [GROUP.format(i) for i in range(args.moving, args.groups) if i % topics < SAMPLED_TOPICS][:SAMPLED_GROUPS]
     truth = {g: float(args.messages * args.per_topic) for g in sampled}
-    readers = [JmxReader(url, classpath(lab["dir"]), 1.0, (REQUESTS,), ("Count",), "java") for url in lab["jmx"].values()]
+    jmx_urls, jars = list(lab["jmx"].values()), classpath(lab["dir"])
     rows, lags, fetches = [], {}, {}
     try:
-        with Committer(bootstrap, args.moving, topics, args.per_topic, every=args.commit_every):
-            r0, t0 = request_counts(readers), time.monotonic()
+        with Committer(bootstrap, args.moving, topics, args.per_topic, every=args.commit_every) as committer:
+            def counts() -> dict[str, float]:
+                return others_requests(jmx_urls, jars, committer)
+
+            r0, t0 = counts(), time.monotonic()
             time.sleep(args.window)
-            baseline = rates(r0, request_counts(readers), time.monotonic() - t0, {})
+            baseline = rates(r0, counts(), time.monotonic() - t0, {})
             for source in args.committed_offsets:
                 progress(f"kdiag, committed_offsets {source}")
                 kdiag_config = {**config, "kafka": {**config["kafka"], "committed_offsets": source}}
-                r = run_window(kdiag_config, args.window, args.warmup, 5.0, lambda: request_counts(readers))
+                r = run_window(kdiag_config, args.window, args.warmup, 5.0, counts)
                 rate = rates(*r["counts"], baseline)
                 rows.append((f"kdiag ({source})", r["cpu_share"], r["rss"] + r["children_rss"], rate))
                 report_processes(r)
@@ -198,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.kminion_modes if not args.kdiag_only else ():
                 progress(f"KMinion, {mode}")
                 try:
-                    r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled, lambda: request_counts(readers))
+                    r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled, counts)
                 except RuntimeError as e:  # the table of the tools measured is still printed
                     progress(f"KMinion, {mode}: {str(e)[:300]}")
                     continue
@@ -208,13 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                 fetches[rows[-1][0]] = f"{r['failed_scrapes']} failed"
                 lags[rows[-1][0]] = group_lags(r["body"], "kminion_kafka_consumer_group_topic_lag", "group_id")
     finally:
-        for reader in readers:
-            reader.close()
         if not args.keep:
             cleanup(bootstrap)
     print(f"{topics * args.per_topic} partitions, {args.groups} groups ({args.moving} committing every "
           f"{args.commit_every:g}s), {args.window:g}s windows after {args.warmup:g}s warm-up, one tool at a time; "
-          f"baseline {sum(baseline.values()):.1f} requests/s (the committer)\n")
+          f"baseline {sum(baseline.values()):.1f} requests/s from neither the committer nor a broker\n")
     print("| tool | CPU (1 core) | RSS | Kafka requests/s | admin fetch p50 / max, failed scrapes "
           "| sampled lags equal to the truth |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
