@@ -127,7 +127,7 @@ def scrape(port: int) -> bytes:
 
 
 def run_kminion(bootstrap: str, mode: str, warmup: float, window: float, sampled: list[str],
-                counts: Callable[[], dict[str, float]]) -> dict:
+                counts: Callable[[], dict[str, float]], ready_within: float) -> dict:
     """KMinion in `mode` for warmup + window seconds (after it exports every sampled group), scraped every 5 s: CPU,
     RSS, last scrape that answered, the scrapes that did not answer in 30 s, and `counts()` as the window begins and
     ends."""
@@ -143,7 +143,7 @@ def run_kminion(bootstrap: str, mode: str, warmup: float, window: float, sampled
         proc = subprocess.Popen([str(KMINION)], env={**os.environ, "CONFIG_FILEPATH": str(path)}, stdout=log,
                                 stderr=log)
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + ready_within
             while True:  # until it exports every sampled group's lag
                 try:
                     got = group_lags(scrape(port), "kminion_kafka_consumer_group_topic_lag", "group_id")
@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                    choices=["offset_fetch", "offsets_topic"], help="kdiag's modes to run (default: both)")
     p.add_argument("--kminion-modes", nargs="+", default=["adminApi", "offsetsTopic"],
                    choices=["adminApi", "offsetsTopic"], help="KMinion's consumer-group modes to run (default: both)")
+    p.add_argument("--kminion-ready-within", type=float, default=900,
+                   help="seconds KMinion gets to export every sampled group (offsetsTopic reads __consumer_offsets "
+                        "whole first: a lab kept through earlier runs holds tens of millions of commits)")
     p.add_argument("--probe", action="store_true",
                    help="keep kdiag's synthetic probe on (off by default: KMinion's end-to-end probe is off too, and "
                         "each adds its own produce and fetch traffic)")
@@ -241,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.kminion_modes if not args.kdiag_only else ():
                 progress(f"KMinion, {mode}")
                 try:
-                    r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled, counts)
+                    r = run_kminion(bootstrap, mode, args.warmup, args.window, sampled, counts, args.kminion_ready_within)
                 except RuntimeError as e:  # the table of the tools measured is still printed
                     progress(f"KMinion, {mode}: {str(e)[:300]}")
                     continue
