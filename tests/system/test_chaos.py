@@ -46,5 +46,6 @@ def test_three_minutes_of_chaos_leave_every_daemon_alive_fresh_and_valid(tmp_pat
     for daemon in result["daemons"]:
         assert daemon["exits"] == [], daemon
         assert daemon["longest_gap_cycles"] <= 2, daemon
+        assert 0 < daemon["longest_restart_seconds"] <= 30, daemon  # the hijack restarts every daemon on purpose
         assert daemon["tracebacks"] == [], daemon
     assert run.returncode == 0, run.stdout[-3000:]
