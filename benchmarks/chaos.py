@@ -139,6 +139,11 @@ class Daemon:
                 return
             self.peak_rss, self.peak_fds = max(self.peak_rss, rss), max(self.peak_fds, fds)
 
+    def restart_seconds(self) -> float:
+        """The longest restart on purpose, SIGTERM to the new process's first publish; one still waiting counts so far."""
+        pending = time.monotonic() - self.terminated_at if self.terminated_at is not None else 0.0
+        return max(self.longest_restart, pending)
+
     def _gap(self, seconds: float) -> None:
         if seconds > self.longest_gap:
             self.longest_gap, self.gap_when = seconds, f"{time.strftime('%H:%M:%S')}, load {load1():.0f}"
@@ -175,11 +180,6 @@ def daemon_config(lab_dir: Path, info: dict, node: int, port: int, interval: flo
                   "interval": f"{2 * interval:g}s", "jmx_interval": f"{interval:g}s", "timeout": f"{KAFKA_TIMEOUT:g}s"},
         "probe": {"topic": f"kdiag-chaos-probe-{node}", "group_id": f"kdiag-chaos-probe-{node}"},
     }
-
-
-def restart_pending(d: Daemon) -> float:
-    """How long a daemon restarted on purpose has not published since its SIGTERM (0 when it has)."""
-    return time.monotonic() - d.terminated_at if d.terminated_at is not None else 0.0
 
 
 def restart_all(daemons: list[Daemon]) -> None:
@@ -423,7 +423,7 @@ def report(daemons: list[Daemon], chaos: Chaos, counts: dict[str, int], loads: l
         rows.append({"daemon": d.node, "exits": d.exits, "longest_gap_seconds": round(d.longest_gap, 2),
                      "longest_gap_cycles": round(d.longest_gap / d.interval, 2), "gap_when": d.gap_when,
                      "longest_cycle_gap_seconds": round(d.longest_cycle_gap, 2), "failed_scrapes": d.failed_scrapes,
-                     "longest_restart_seconds": round(max(d.longest_restart, restart_pending(d)), 2),
+                     "longest_restart_seconds": round(d.restart_seconds(), 2),
                      "rss_mb": [round(begin[0], 1), round(end[0], 1), round(d.peak_rss, 1)],
                      "fds": [begin[1], end[1], d.peak_fds], "tracebacks": d.tracebacks(), "log": str(d.log)})
     result = {"seconds": round(seconds), "events": counts, "load1": [min(loads), round(sum(loads) / len(loads), 1),
