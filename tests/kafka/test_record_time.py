@@ -22,7 +22,9 @@ RECORDS = 5  # per partition; record i of partition p stamped 1e9 + 100 * p + i 
 def topic(kafka_lab: dict):
     name = f"recordtime-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": kafka_lab["bootstrap"]})
-    admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])[name].result(30)
+    # Kept forever: records stamped 2001 would go at the next retention check (every 5 minutes), mid-test.
+    admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1,
+                                  config={"retention.ms": "-1"})])[name].result(30)
     producer = Producer({"bootstrap.servers": kafka_lab["bootstrap"]})
     for p in range(PARTITIONS):
         for i in range(RECORDS):
