@@ -271,16 +271,23 @@ class Coordinator:
         """Take the valid records read from the state topic; count and log the others."""
         group = self.group.encode()
         deadline = time.monotonic() + READ_BUDGET
-        while self._reader is not None and time.monotonic() < deadline and (batch := self._reader.consume(50, 0)):
-            self._take_batch(batch, group)
+        skipped = False
+        while self._reader is not None and (left := deadline - time.monotonic()) > 0:
+            # Past a skipped batch the next fetch is in flight: wait for its first message within the budget (a
+            # consume of n waits for all n), or a flood of bad batches is read one per pass of the loop (0.5 s).
+            if not (batch := self._reader.consume(1, left) if skipped else self._reader.consume(50, 0)):
+                break
+            skipped = self._take_batch(batch, group)
 
-    def _take_batch(self, batch: list[Any], group: bytes) -> None:
+    def _take_batch(self, batch: list[Any], group: bytes) -> bool:
+        """Take a batch of the state topic's messages; whether a bad batch was skipped (a seek)."""
         from confluent_kafka import KafkaError
 
         for message in batch:
             if message.error():
                 if message.error().code() in (KafkaError._BAD_COMPRESSION, KafkaError.MSG_SIZE_TOO_LARGE):
                     self._skip_batch(message.offset(), message.error().str())
+                    return True  # the rest was fetched before the seek: the same batch failing again, not larger
                 continue  # else a vanished topic: the next topic check creates it again
             if message.key() not in (group, group + ALIVE_SUFFIX):
                 continue  # another fleet's group sharing the topic
@@ -288,6 +295,7 @@ class Coordinator:
                 self._take(message.key(), message.value() or b"", message.headers())
             except Refused as e:
                 self._refuse(e, message.offset())
+        return False
 
     def _skip_batch(self, offset: int, error: str) -> None:
         """Seek past a batch librdkafka will not decompress (it would fetch it again forever): its size is unknown,

@@ -1,5 +1,6 @@
 """Issue 30 finding 6 on the lab: a standby daemon (`kdiag run`) under a 30 s flood of 1 MB state records and one
-zstd record that decompresses to 15.8 MB keeps its memory (RSS of the daemon and its children moves < 20 MB)."""
+zstd record that decompresses to 15.8 MB keeps its memory (RSS of the daemon and its children moves < 20 MB); a run
+of such records is read past several to a pass of the coordinator's loop, not one."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from confluent_kafka import Producer
 from tests.promstack import Stack
 from tests.system.test_child_crashes import children
 from tests.kafka.test_coordination_hostile import HOSTILE_ID, holder_member_id
-from tests.kafka.test_coordination_live import delete_topic, state
+from tests.kafka.test_coordination_live import delete_topic, pair, published_by, state  # noqa: F401  (pair: a fixture)
 from tests.waiting import wait_until
 
 from kdiag.kafka.client import ClientSettings
@@ -27,6 +28,12 @@ pytestmark = pytest.mark.kafka
 FLOOD_SECONDS = 30.0
 RECORDS_PER_SECOND = 5  # 150 records of 1 MB: bounded, the lab's disks share the machine
 GROWTH_LIMIT_MB = 20.0
+BOMBS = 40
+
+
+def bomb() -> bytes:
+    """15.8 MB of JSON that zstd packs under the broker's 1 MB limit: librdkafka will not decompress it."""
+    return json.dumps({"format": "kdiag-state", "padding": "a" * 15_800_000}).encode()
 
 
 def rss_mb(pid: int) -> float:
@@ -91,9 +98,7 @@ def test_finding_6_a_flood_of_large_records_leaves_a_standby_small(kafka_lab: di
                 producer.produce(topic + STATE_SUFFIX, key=group.encode(), value=flood_record(group, member_id, sent))
                 sent += 1
             producer.poll(0.05)
-        # One record of 15.8 MB of JSON that zstd packs under the broker's 1 MB limit.
-        bomb = json.dumps({"format": "kdiag-state", "padding": "a" * 15_800_000}).encode()
-        producer.produce(topic + STATE_SUFFIX, key=group.encode(), value=bomb)
+        producer.produce(topic + STATE_SUFFIX, key=group.encode(), value=bomb())
         assert producer.flush(60) == 0
         # The reader is past the flood once the reporter's next record shows on the standby. The reporter publishes
         # again every 2 s, as a daemon does each cycle: one whose look is late (its own reader wades through the flood
@@ -119,3 +124,37 @@ def test_finding_6_a_flood_of_large_records_leaves_a_standby_small(kafka_lab: di
         stack.close()
         reporter.stop()
         delete_topic(bootstrap, topic, group)
+
+
+def test_a_run_of_undecompressable_batches_is_read_past_several_to_a_pass(kafka_lab: dict, pair) -> None:  # noqa: F811
+    """Each bomb is a batch of its own that the standby's reader must seek past; reading on at once after each seek
+    (within the pass's read budget), not at the next pass of the loop (one group poll later), takes few passes."""
+    coordinators, reporter = pair
+    standby = next(c for c in coordinators if c is not reporter)
+    passes = [0]
+    take_state = standby._take_state
+
+    def counted() -> None:
+        passes[0] += 1
+        take_state()
+
+    standby._take_state = counted  # type: ignore[method-assign]  # the loop looks it up on each pass
+    producer = Producer({"bootstrap.servers": kafka_lab["bootstrap"], "client.id": HOSTILE_ID, "linger.ms": 0,
+                         "message.max.bytes": 20_000_000, "compression.type": "zstd"})
+    before = passes[0]
+    for _ in range(BOMBS):
+        producer.produce(standby.state_topic, key=standby.group.encode(), value=bomb())
+        assert producer.flush(30) == 0  # one batch each
+    published = [0.0]
+
+    def shown() -> bool:
+        if time.monotonic() - published[0] >= 2.0:  # the reporter's own reader wades through the bombs too
+            reporter.publish(state("after-the-bombs"))
+            published[0] = time.monotonic()
+        return published_by(standby) == "after-the-bombs"
+
+    wait_until(shown, 120, "the reporter's record after the bombs on the standby")
+    used = passes[0] - before
+    print(f"\n{BOMBS} undecompressable batches read past in {used} passes of the standby's loop")
+    assert standby.refused["too_large"] >= 1
+    assert used < BOMBS / 2
