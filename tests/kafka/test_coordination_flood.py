@@ -8,6 +8,7 @@ import json
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,19 @@ BOMBS = 40
 def bomb() -> bytes:
     """15.8 MB of JSON that zstd packs under the broker's 1 MB limit: librdkafka will not decompress it."""
     return json.dumps({"format": "kdiag-state", "padding": "a" * 15_800_000}).encode()
+
+
+def republishing(reporter: Coordinator, subject: str) -> Callable[[], None]:
+    """A call that has the reporter publish a state naming subject, at most every 2 s, as a daemon does each cycle
+    (one whose look is late does not count itself elected for the moment, and its publish() is then a no-op)."""
+    published = [0.0]
+
+    def republish() -> None:
+        if time.monotonic() - published[0] >= 2.0:
+            reporter.publish(state(subject))
+            published[0] = time.monotonic()
+
+    return republish
 
 
 def rss_mb(pid: int) -> float:
@@ -100,15 +114,12 @@ def test_finding_6_a_flood_of_large_records_leaves_a_standby_small(kafka_lab: di
             producer.poll(0.05)
         producer.produce(topic + STATE_SUFFIX, key=group.encode(), value=bomb())
         assert producer.flush(60) == 0
-        # The reader is past the flood once the reporter's next record shows on the standby. The reporter publishes
-        # again every 2 s, as a daemon does each cycle: one whose look is late (its own reader wades through the flood
-        # on a loaded host) does not count itself elected for the moment, and its publish() is then a no-op.
-        published = [0.0]
+        # The reader is past the flood once the reporter's next record shows on the standby (the reporter's own
+        # reader wades through the flood too, on a loaded host, so it publishes again until then).
+        republish = republishing(reporter, "after-the-flood")
 
         def shown() -> bool:
-            if time.monotonic() - published[0] >= 2.0:
-                reporter.publish(state("after-the-flood"))
-                published[0] = time.monotonic()
+            republish()
             with urllib.request.urlopen(f"http://{address}/api/diagnoses", timeout=30) as r:
                 return any(d["subject"] == "after-the-flood" for d in json.loads(r.read())["diagnoses"])
 
@@ -141,16 +152,15 @@ def test_a_run_of_undecompressable_batches_is_read_past_several_to_a_pass(kafka_
     standby._take_state = counted  # type: ignore[method-assign]  # the loop looks it up on each pass
     producer = Producer({"bootstrap.servers": kafka_lab["bootstrap"], "client.id": HOSTILE_ID, "linger.ms": 0,
                          "message.max.bytes": 20_000_000, "compression.type": "zstd"})
+    value = bomb()
     before = passes[0]
     for _ in range(BOMBS):
-        producer.produce(standby.state_topic, key=standby.group.encode(), value=bomb())
+        producer.produce(standby.state_topic, key=standby.group.encode(), value=value)
         assert producer.flush(30) == 0  # one batch each
-    published = [0.0]
+    republish = republishing(reporter, "after-the-bombs")  # the reporter's own reader wades through the bombs too
 
     def shown() -> bool:
-        if time.monotonic() - published[0] >= 2.0:  # the reporter's own reader wades through the bombs too
-            reporter.publish(state("after-the-bombs"))
-            published[0] = time.monotonic()
+        republish()
         return published_by(standby) == "after-the-bombs"
 
     wait_until(shown, 120, "the reporter's record after the bombs on the standby")
